@@ -1,0 +1,101 @@
+//! Fenced lock: the TTL-only lease, and storage that applies the fencing-token rule.
+//!
+//! Every grant carries a strictly larger token and the storage rejects a write whose token is
+//! older than one it has accepted. A paused holder still wakes believing it holds the lease
+//! (`single_believer` is still violated: fencing protects the storage, not the beliefs), but its
+//! late write is refused, so `storage_in_lease_order` holds.
+
+use super::lease_service::{prop, LeaseModel, LeaseServiceCfg};
+use super::{Expected, Mutant, PropertySpec};
+use crate::protocol::FencePolicy;
+use stateright::Expectation;
+
+/// The catalog name.
+pub const NAME: &str = "fenced";
+
+/// One line for `fencecheck list`.
+pub const SUMMARY: &str = "lease with a TTL and a fencing token; storage rejects older tokens";
+
+/// Parameters of the fenced model.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FencedModelCfg {
+    /// Number of clients.
+    pub clients: usize,
+    /// Writes each client makes (each attempted once) before releasing.
+    pub writes_per_client: u8,
+    /// Times a client asks for the lease again after learning it lost it.
+    pub retries: u8,
+    /// A deliberately broken variant, for negative controls.
+    pub mutant: Option<Mutant>,
+}
+
+impl Default for FencedModelCfg {
+    fn default() -> Self {
+        FencedModelCfg {
+            clients: 3,
+            writes_per_client: 2,
+            retries: 0,
+            mutant: None,
+        }
+    }
+}
+
+impl FencedModelCfg {
+    /// Builds the Stateright model.
+    pub fn into_model(self) -> LeaseModel {
+        LeaseServiceCfg {
+            clients: self.clients,
+            writes_per_client: self.writes_per_client,
+            retries: self.retries,
+            policy: FencePolicy::Fenced,
+            mutant: self.mutant,
+        }
+        .into_model()
+    }
+}
+
+/// What the fenced model declares about each of its properties.
+pub const PROPERTIES: &[PropertySpec] = &[
+    PropertySpec {
+        name: prop::STORAGE_IN_LEASE_ORDER,
+        kind: Expectation::Always,
+        meaning: "storage never accepts a write from an older lease after one from a newer lease",
+        expected: Expected::Holds,
+    },
+    PropertySpec {
+        name: prop::TOKENS_INCREASE,
+        kind: Expectation::Always,
+        meaning: "every grant carries a token larger than every earlier grant's",
+        expected: Expected::Holds,
+    },
+    PropertySpec {
+        name: prop::SINGLE_BELIEVER,
+        kind: Expectation::Always,
+        meaning: "at most one client believes it holds the lease (fencing does not promise this)",
+        expected: Expected::Violated,
+    },
+    PropertySpec {
+        name: prop::PROGRESS,
+        kind: Expectation::Eventually,
+        meaning: "every complete run stores some write",
+        expected: Expected::Holds,
+    },
+    PropertySpec {
+        name: prop::WRITE_ACCEPTED,
+        kind: Expectation::Sometimes,
+        meaning: "some write is stored",
+        expected: Expected::Holds,
+    },
+    PropertySpec {
+        name: prop::LEASE_REGRANTED,
+        kind: Expectation::Sometimes,
+        meaning: "the lease is granted a second time",
+        expected: Expected::Holds,
+    },
+    PropertySpec {
+        name: prop::STALE_WRITE_REJECTED,
+        kind: Expectation::Sometimes,
+        meaning: "the storage refuses a stale write",
+        expected: Expected::Holds,
+    },
+];

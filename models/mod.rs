@@ -1,0 +1,103 @@
+//! Stateright models of lock protocols, each built on the protocol core.
+//!
+//! A model declares, for every property it checks, whether the property must hold or is known to
+//! break ([`Expected`]); `fencecheck check` fails when a verdict differs from the declaration.
+//! Every `always` property is paired with a `sometimes` property so that no model passes by never
+//! reaching the states that matter.
+
+use serde::Serialize;
+use stateright::Expectation;
+
+pub mod fenced;
+pub mod lease_service;
+pub mod ttl_only;
+
+/// What a model declares about one of its properties.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Expected {
+    /// An `always`/`eventually` property holds in every reachable state / on every path; a
+    /// `sometimes` property is reached in some state.
+    Holds,
+    /// The checker finds a counterexample (or, for `sometimes`, no state reaches it).
+    Violated,
+}
+
+impl std::fmt::Display for Expected {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Expected::Holds => "holds",
+            Expected::Violated => "violated",
+        })
+    }
+}
+
+/// One property of a model: its name (as in DESIGN.md), its kind, what it means, and the
+/// model's declared expectation.
+#[derive(Clone, Debug)]
+pub struct PropertySpec {
+    /// The property's name, shared by models, tests and reports.
+    pub name: &'static str,
+    /// `Always`, `Sometimes` or `Eventually`.
+    pub kind: Expectation,
+    /// What the property says, in one line.
+    pub meaning: &'static str,
+    /// What the model declares about it.
+    pub expected: Expected,
+}
+
+/// A deliberately broken use of the protocol core, built into a model to show that the checker
+/// catches it (a negative control).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mutant {
+    /// The storage overwrites even when the fence rejects the write's token.
+    FenceAcceptsOlder,
+    /// The lock service hands out the previous grant's token again instead of the new one.
+    TokenReused,
+}
+
+impl Mutant {
+    /// Every mutant, in the order the CLI lists them.
+    pub const ALL: [Mutant; 2] = [Mutant::FenceAcceptsOlder, Mutant::TokenReused];
+
+    /// The mutant's command-line name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mutant::FenceAcceptsOlder => "fence-accepts-older",
+            Mutant::TokenReused => "token-reused",
+        }
+    }
+
+    /// What the mutant breaks.
+    pub fn summary(self) -> &'static str {
+        match self {
+            Mutant::FenceAcceptsOlder => "storage writes even when the fence rejects the token",
+            Mutant::TokenReused => "the lock service hands out the previous token again",
+        }
+    }
+}
+
+/// One step of a path through a model, in the protocol's words.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Step {
+    /// The lifeline the step starts from (`client-0`, `lock-service`, `storage`).
+    pub from: String,
+    /// The lifeline that acts on it (the same as `from` for a local event such as an expiry).
+    pub to: String,
+    /// What happened.
+    pub text: String,
+}
+
+/// A model that can tell its steps in the protocol's words.
+pub trait Narrate: stateright::Model {
+    /// Describes `action`, taken in `before` and leading to `after`.
+    fn narrate(&self, before: &Self::State, action: &Self::Action, after: &Self::State) -> Step;
+}
+
+/// A model whose interchangeable actors can be put in a canonical order (symmetry reduction).
+pub trait Symmetric: stateright::Model {
+    /// A canonical member of `state`'s equivalence class under permutations of the
+    /// interchangeable actors.
+    fn representative(state: &Self::State) -> Self::State;
+}

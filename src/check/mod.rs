@@ -1,0 +1,12 @@
+//! Running the models: the catalog, checker runs, verdicts against expectations, and minimal
+//! counterexamples. A library: the CLI only parses arguments and prints what this returns.
+
+mod catalog;
+mod run;
+mod shortest;
+
+pub use catalog::{
+    catalog, find_model, ModelEntry, Params, ParamsError, MAX_CLIENTS, MAX_RETRIES, MAX_WRITES,
+};
+pub use run::{check_model, ModelRun, Options, Progress, PropertyResult, Verdict};
+pub use shortest::{shortest_counterexample, Counterexample};

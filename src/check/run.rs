@@ -1,0 +1,250 @@
+//! One exhaustive check of one model, and its verdicts against the model's declarations.
+
+use super::shortest::{shortest_counterexample, Counterexample};
+use crate::models::{Expected, Narrate, PropertySpec, Symmetric};
+use serde::Serialize;
+use stateright::{Checker, Expectation, HasDiscoveries};
+use std::collections::BTreeSet;
+use std::hash::Hash;
+use std::time::{Duration, Instant};
+
+/// How to search.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Options {
+    /// Checker threads.
+    pub threads: usize,
+    /// Use symmetry reduction over the interchangeable clients (depth-first search).
+    pub symmetry: bool,
+    /// Stop after this many generated states; the verdicts of properties not yet decided are
+    /// then `incomplete`.
+    pub max_states: Option<usize>,
+    /// States the minimal-counterexample search may explore before giving up.
+    pub max_counterexample_states: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            threads: 1,
+            symmetry: true,
+            max_states: None,
+            max_counterexample_states: 5_000_000,
+        }
+    }
+}
+
+/// A snapshot of a running check, for progress lines.
+#[derive(Clone, Debug)]
+pub struct Progress {
+    /// The model's name.
+    pub model: &'static str,
+    /// Distinct states found so far.
+    pub unique_states: usize,
+    /// States generated so far (with repeats).
+    pub states: usize,
+    /// The deepest path explored.
+    pub max_depth: usize,
+    /// Time since the check started.
+    pub elapsed: Duration,
+}
+
+/// The outcome for one property.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    /// Holds in every reachable state (`always`), on every path (`eventually`), or is reached
+    /// (`sometimes`).
+    Holds,
+    /// The checker found a counterexample (or, for `sometimes`, searched everything and never
+    /// reached it).
+    Violated,
+    /// The search was cut short before the property was decided.
+    Incomplete,
+}
+
+impl std::fmt::Display for Verdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Verdict::Holds => "holds",
+            Verdict::Violated => "violated",
+            Verdict::Incomplete => "incomplete",
+        })
+    }
+}
+
+/// One property's result.
+#[derive(Clone, Debug, Serialize)]
+pub struct PropertyResult {
+    /// The property's name.
+    pub property: &'static str,
+    /// `always`, `sometimes` or `eventually`.
+    pub kind: &'static str,
+    /// What it means.
+    pub meaning: &'static str,
+    /// What the model declares.
+    pub expected: Expected,
+    /// What the checker found.
+    pub verdict: Verdict,
+    /// For a violated `always`/`eventually` property: a minimal counterexample.
+    pub counterexample: Option<Counterexample>,
+    /// Whether `counterexample` is known to be minimal (false when the minimal search ran out of
+    /// budget and the checker's own path is shown instead).
+    pub minimal: bool,
+}
+
+impl PropertyResult {
+    /// Whether the verdict equals the declared expectation.
+    pub fn matches(&self) -> bool {
+        matches!(
+            (self.expected, self.verdict),
+            (Expected::Holds, Verdict::Holds) | (Expected::Violated, Verdict::Violated)
+        )
+    }
+}
+
+/// The result of checking one model.
+#[derive(Clone, Debug, Serialize)]
+pub struct ModelRun {
+    /// The model's name.
+    pub model: &'static str,
+    /// Distinct states explored (after symmetry reduction, when on).
+    pub states: usize,
+    /// States generated, repeats included.
+    pub generated: usize,
+    /// The deepest path explored.
+    pub max_depth: usize,
+    /// Wall time of the exhaustive search, in seconds.
+    pub seconds: f64,
+    /// Wall time spent finding minimal counterexamples, in seconds.
+    pub counterexample_seconds: f64,
+    /// Whether the search covered every reachable state.
+    pub complete: bool,
+    /// Whether symmetry reduction was used.
+    pub symmetry: bool,
+    /// One result per property, in the model's order.
+    pub properties: Vec<PropertyResult>,
+}
+
+fn kind_name(kind: &Expectation) -> &'static str {
+    match kind {
+        Expectation::Always => "always",
+        Expectation::Sometimes => "sometimes",
+        Expectation::Eventually => "eventually",
+    }
+}
+
+/// Checks `model` exhaustively and compares every property in `specs` with its declaration.
+///
+/// The verdicts come from Stateright's depth-first search (with symmetry reduction when
+/// `options.symmetry`); each violation's counterexample comes from a separate breadth-first
+/// search that finds a shortest one.
+pub fn check_model<M>(
+    name: &'static str,
+    model: M,
+    specs: &'static [PropertySpec],
+    options: &Options,
+    progress: &mut dyn FnMut(&Progress),
+) -> ModelRun
+where
+    M: Narrate + Symmetric + Clone + Send + Sync + 'static,
+    M::State: Clone + Eq + Hash + std::fmt::Debug + Send + Sync,
+    M::Action: Clone + PartialEq + std::fmt::Debug + Send + Sync,
+{
+    let started = Instant::now();
+    // Never finish early: every property is decided over the whole space.
+    let mut builder = model
+        .clone()
+        .checker()
+        .threads(options.threads.max(1))
+        .finish_when(HasDiscoveries::AnyOf(BTreeSet::new()));
+    if options.symmetry {
+        builder = builder.symmetry_fn(M::representative);
+    }
+    if let Some(max) = options.max_states {
+        builder = builder.target_state_count(max);
+    }
+    let checker = builder.spawn_dfs();
+    while !checker.is_done() {
+        // Poll finely at first so that small models report their real time.
+        let nap = if started.elapsed() < Duration::from_secs(1) {
+            2
+        } else {
+            100
+        };
+        std::thread::sleep(Duration::from_millis(nap));
+        progress(&Progress {
+            model: name,
+            unique_states: checker.unique_state_count(),
+            states: checker.state_count(),
+            max_depth: checker.max_depth(),
+            elapsed: started.elapsed(),
+        });
+    }
+    let checker = checker.join();
+    let seconds = started.elapsed().as_secs_f64();
+    let generated = checker.state_count();
+    let complete = options.max_states.is_none_or(|max| generated < max);
+
+    let cx_started = Instant::now();
+    let properties = specs
+        .iter()
+        .map(|spec| {
+            let discovery = checker.discovery(spec.name);
+            let verdict = match (&spec.kind, discovery.is_some(), complete) {
+                (Expectation::Sometimes, true, _) => Verdict::Holds,
+                (_, true, _) => Verdict::Violated,
+                (_, false, false) => Verdict::Incomplete,
+                (Expectation::Sometimes, false, true) => Verdict::Violated,
+                (_, false, true) => Verdict::Holds,
+            };
+            let (counterexample, minimal) = match (&spec.kind, discovery) {
+                (Expectation::Always | Expectation::Eventually, Some(path)) => {
+                    match shortest_counterexample(
+                        &model,
+                        spec.name,
+                        options.max_counterexample_states,
+                    ) {
+                        Some(cx) => (Some(cx), true),
+                        None => (Some(narrate_path(&model, path)), false),
+                    }
+                }
+                _ => (None, false),
+            };
+            PropertyResult {
+                property: spec.name,
+                kind: kind_name(&spec.kind),
+                meaning: spec.meaning,
+                expected: spec.expected,
+                verdict,
+                counterexample,
+                minimal,
+            }
+        })
+        .collect();
+    ModelRun {
+        model: name,
+        states: checker.unique_state_count(),
+        generated,
+        max_depth: checker.max_depth(),
+        seconds,
+        counterexample_seconds: cx_started.elapsed().as_secs_f64(),
+        complete,
+        symmetry: options.symmetry,
+        properties,
+    }
+}
+
+fn narrate_path<M: Narrate>(
+    model: &M,
+    path: stateright::Path<M::State, M::Action>,
+) -> Counterexample {
+    let pairs = path.into_vec();
+    let steps = pairs
+        .windows(2)
+        .filter_map(|w| {
+            let (before, action) = (&w[0].0, w[0].1.as_ref()?);
+            Some(model.narrate(before, action, &w[1].0))
+        })
+        .collect();
+    Counterexample { steps }
+}

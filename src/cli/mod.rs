@@ -1,0 +1,149 @@
+//! Argument parsing and dispatch. Exit codes: 0 success, 1 a verdict differs from its
+//! expectation (or a search was cut short), 2 bad usage.
+
+mod check;
+mod demo;
+
+use clap::{Args, Parser, Subcommand};
+use fencecheck::check::catalog;
+use std::process::ExitCode;
+
+/// fencecheck: check distributed-lock protocols exhaustively, and run the fenced lease lock.
+#[derive(Debug, Parser)]
+#[command(name = "fencecheck", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Check models exhaustively and compare each verdict with what the model declares.
+    ///
+    /// Exit status: 0 when every verdict matches its expectation, 1 when one differs (or a
+    /// search was cut short by --max-states without --allow-incomplete), 2 on bad usage.
+    Check(CheckArgs),
+    /// List the models, what each represents, and what each declares.
+    List,
+    /// Serve Stateright's Explorer for a model on 127.0.0.1 (browse its states by hand).
+    Explore(ExploreArgs),
+    /// Run the story for real: two workers, a real TTL, a real pause, fenced storage.
+    Demo(demo::DemoArgs),
+}
+
+/// Model sizes shared by `check` and `explore`.
+#[derive(Debug, Args)]
+struct SizeArgs {
+    /// Number of clients (1 to 6).
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    clients: usize,
+    /// Writes per client (1 to 4).
+    #[arg(long, value_name = "N", default_value_t = 2)]
+    writes: u64,
+    /// Times a client asks for the lease again after a rejected write told it the lease was
+    /// lost (0 to 3). Each retry multiplies the state space.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    retries: u64,
+    /// Build a deliberately broken variant into the model (a negative control):
+    /// fence-accepts-older or token-reused.
+    #[arg(long, value_name = "NAME")]
+    mutant: Option<String>,
+}
+
+#[derive(Debug, Args)]
+struct CheckArgs {
+    /// Models to check (default: all). See `fencecheck list`.
+    #[arg(value_name = "MODEL")]
+    models: Vec<String>,
+    #[command(flatten)]
+    size: SizeArgs,
+    /// Checker threads.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    threads: usize,
+    /// Turn symmetry reduction over the clients off.
+    #[arg(long)]
+    no_symmetry: bool,
+    /// Stop each search after this many generated states; undecided properties are reported as
+    /// incomplete.
+    #[arg(long, value_name = "N")]
+    max_states: Option<usize>,
+    /// Exit 0 even when a search was cut short by --max-states.
+    #[arg(long)]
+    allow_incomplete: bool,
+    /// Print the results as JSON (one object per model and property) instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Override a declared expectation, e.g. `fenced.storage_in_lease_order=violated`
+    /// (for testing a gate). Repeatable.
+    #[arg(long, value_name = "MODEL.PROPERTY=holds|violated")]
+    expect: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+struct ExploreArgs {
+    /// The model to explore.
+    #[arg(value_name = "MODEL")]
+    model: String,
+    #[command(flatten)]
+    size: SizeArgs,
+    /// Port on 127.0.0.1.
+    #[arg(long, value_name = "P", default_value_t = 3000)]
+    port: u16,
+}
+
+/// A usage error: one line naming the input and what was expected; exit 2.
+pub(crate) struct UsageError(pub String);
+
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => {
+            use clap::error::ErrorKind;
+            if matches!(
+                err.kind(),
+                ErrorKind::DisplayHelp
+                    | ErrorKind::DisplayVersion
+                    | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+            ) {
+                let _ = err.print();
+                return if err.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+                    ExitCode::from(2)
+                } else {
+                    ExitCode::SUCCESS
+                };
+            }
+            // One line: clap's own message without the usage block that follows it.
+            let rendered = err.render().to_string();
+            let message: Vec<&str> = rendered
+                .lines()
+                .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("For more information"))
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .collect();
+            eprintln!("{} (see `fencecheck --help`)", message.join("; "));
+            return ExitCode::from(2);
+        }
+    };
+    let result = match cli.command {
+        Command::Check(args) => check::run(args),
+        Command::List => {
+            check::list();
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Explore(args) => check::explore(args),
+        Command::Demo(args) => demo::run(args),
+    };
+    result.unwrap_or_else(|UsageError(message)| {
+        eprintln!("error: {message}");
+        ExitCode::from(2)
+    })
+}
+
+/// The valid model names, for error messages.
+pub(crate) fn model_names() -> String {
+    catalog()
+        .iter()
+        .map(|m| m.name)
+        .collect::<Vec<_>>()
+        .join(", ")
+}

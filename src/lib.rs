@@ -1,0 +1,14 @@
+//! fencecheck: distributed locks and leader election made checkable.
+//!
+//! - [`protocol`]: the sans-IO core (lease table, fencing rule, tokens) that everything calls.
+//! - [`local`]: the in-process fenced lease lock and fenced store, checked by loom.
+//! - [`models`]: Stateright models of lock protocols built on the core.
+//! - [`check`]: running the models and comparing verdicts with their declared expectations.
+#![deny(missing_docs)]
+
+pub mod check;
+pub mod local;
+#[path = "../models/mod.rs"]
+pub mod models;
+pub mod protocol;
+pub mod sync;

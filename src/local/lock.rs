@@ -1,0 +1,309 @@
+//! `LeaseLock`: the protocol core's [`LeaseTable`] behind a mutex, with a clock and RAII guards.
+
+use super::clock::{Clock, SystemClock};
+use crate::protocol::{Acquire, Lease, LeaseError, LeaseTable, Token};
+use crate::sync::{Condvar, Mutex};
+use std::fmt;
+use std::time::Duration;
+
+/// Why an acquire did not return a lease.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AcquireError<O: fmt::Debug> {
+    /// Another owner holds a live lease.
+    #[error("lease is held by {holder:?} until {expires_at} ns on the lock's clock")]
+    Busy {
+        /// The current holder.
+        holder: O,
+        /// When its lease expires, on the lock's clock.
+        expires_at: u64,
+    },
+    /// `acquire_timeout` waited the whole timeout without the lease coming free.
+    #[error("no lease within {timeout:?}")]
+    TimedOut {
+        /// The timeout that passed.
+        timeout: Duration,
+    },
+    /// The lease table refused the operation (token space exhausted, clock overflow).
+    #[error(transparent)]
+    Lease(#[from] LeaseError),
+}
+
+/// An in-process lease lock with fencing tokens.
+///
+/// Like a mutex, one owner at a time holds it; unlike a mutex, the holding ends by itself when
+/// the lease's time-to-live passes, so a stuck holder cannot block the others forever. Every
+/// grant carries a [`Token`] larger than every earlier grant's: pass it to a
+/// [`FencedStore`](super::FencedStore) (or any storage that applies the fencing rule) and a
+/// holder whose lease expired while it was paused cannot overwrite a newer holder's write.
+///
+/// The rules are the protocol core's [`LeaseTable`]; this type adds a mutex, a [`Clock`] and a
+/// condition variable for waiting.
+///
+/// # Examples
+/// ```
+/// use fencecheck::local::{FencedStore, LeaseLock};
+/// use std::time::Duration;
+///
+/// let lock = LeaseLock::new(Duration::from_secs(30)).unwrap();
+/// let store = FencedStore::new();
+/// let guard = lock.try_acquire("worker-A").unwrap();
+/// store.write(guard.token(), "written-by-A").unwrap();
+/// assert!(lock.try_acquire("worker-B").is_err()); // busy while A's lease lives
+/// drop(guard); // released on drop
+/// let guard = lock.try_acquire("worker-B").unwrap();
+/// assert_eq!(guard.token().get(), 2);
+/// ```
+///
+/// # Differences from `std::sync::Mutex`
+/// - Holding is bounded in time: check [`LeaseGuard::is_expired`] or fence your writes; a guard
+///   that outlives its lease no longer excludes anyone.
+/// - It is not reentrant: the holder asking again is told the lock is busy.
+/// - It protects no data of its own; the data lives in fenced storage.
+///
+/// # Fairness
+/// None: when a lease is freed, every waiter wakes and the first to take the mutex wins.
+pub struct LeaseLock<O, C = SystemClock> {
+    state: Mutex<State<O>>,
+    freed: Condvar,
+    clock: C,
+    ttl: u64,
+}
+
+#[derive(Debug)]
+struct State<O> {
+    table: LeaseTable<O>,
+    /// Threads blocked in `acquire_timeout`; release notifies only when there are some.
+    waiters: usize,
+}
+
+impl<O: fmt::Debug, C> fmt::Debug for LeaseLock<O, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeaseLock")
+            .field("ttl_ns", &self.ttl)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<O: Clone + Eq + fmt::Debug> LeaseLock<O, SystemClock> {
+    /// A lock on the system's monotonic clock whose leases last `ttl`.
+    ///
+    /// # Errors
+    /// [`LeaseError::ZeroTtl`] for a zero ttl; [`LeaseError::DeadlineOverflow`] for a ttl longer
+    /// than `u64::MAX` nanoseconds.
+    pub fn new(ttl: Duration) -> Result<Self, LeaseError> {
+        Self::with_clock(ttl, SystemClock::new())
+    }
+}
+
+impl<O: Clone + Eq + fmt::Debug, C: Clock> LeaseLock<O, C> {
+    /// A lock whose leases last `ttl` on `clock`.
+    ///
+    /// # Errors
+    /// As [`LeaseLock::new`].
+    pub fn with_clock(ttl: Duration, clock: C) -> Result<Self, LeaseError> {
+        let ttl_ns = u64::try_from(ttl.as_nanos()).map_err(|_| LeaseError::DeadlineOverflow {
+            now: 0,
+            ttl: u64::MAX,
+        })?;
+        if ttl_ns == 0 {
+            return Err(LeaseError::ZeroTtl);
+        }
+        Ok(LeaseLock {
+            state: Mutex::new(State {
+                table: LeaseTable::new(),
+                waiters: 0,
+            }),
+            freed: Condvar::new(),
+            clock,
+            ttl: ttl_ns,
+        })
+    }
+
+    /// The lease duration in nanoseconds of the lock's clock.
+    pub fn ttl(&self) -> Duration {
+        Duration::from_nanos(self.ttl)
+    }
+
+    /// The lock's clock.
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+
+    /// Takes the lease for `owner` if it is free (or expired), without waiting.
+    ///
+    /// # Errors
+    /// [`AcquireError::Busy`] while another lease lives; [`AcquireError::Lease`] if the table
+    /// refuses (token space exhausted).
+    pub fn try_acquire(&self, owner: O) -> Result<LeaseGuard<'_, O, C>, AcquireError<O>> {
+        match self.try_acquire_raw(owner)? {
+            Acquire::Granted(lease) => Ok(LeaseGuard {
+                lock: self,
+                lease,
+                held: true,
+            }),
+            Acquire::Busy { holder, expires_at } => Err(AcquireError::Busy { holder, expires_at }),
+        }
+    }
+
+    /// Waits up to `timeout` for the lease, waking when it is released or when the current
+    /// lease's expiry comes, never spinning.
+    ///
+    /// # Errors
+    /// [`AcquireError::TimedOut`] when the timeout passes first.
+    pub fn acquire_timeout(
+        &self,
+        owner: O,
+        timeout: Duration,
+    ) -> Result<LeaseGuard<'_, O, C>, AcquireError<O>> {
+        let timeout_ns = u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX);
+        let mut state = self.state.lock();
+        let deadline = self.clock.now().saturating_add(timeout_ns);
+        loop {
+            let now = self.clock.now();
+            match state.table.acquire(owner.clone(), now, self.ttl)? {
+                Acquire::Granted(lease) => {
+                    return Ok(LeaseGuard {
+                        lock: self,
+                        lease,
+                        held: true,
+                    })
+                }
+                Acquire::Busy { expires_at, .. } => {
+                    if now >= deadline {
+                        return Err(AcquireError::TimedOut { timeout });
+                    }
+                    // Sleep until the earlier of our deadline and the holder's expiry; a release
+                    // wakes us sooner. The cap keeps a waiter on a manual clock re-reading it.
+                    let wake_at = deadline.min(expires_at);
+                    let nap = Duration::from_nanos(wake_at - now).min(MAX_NAP);
+                    state.waiters += 1;
+                    state = self.freed.wait_timeout(state, nap);
+                    state.waiters -= 1;
+                }
+            }
+        }
+    }
+
+    /// The live lease at this moment, if any (a snapshot: it may change at once).
+    pub fn holder(&self) -> Option<Lease<O>> {
+        let state = self.state.lock();
+        state.table.holder(self.clock.now()).cloned()
+    }
+
+    /// The raw acquire: the table's answer, with no guard. Pair a grant with
+    /// [`release_raw`](Self::release_raw).
+    ///
+    /// # Errors
+    /// As [`LeaseTable::acquire`].
+    pub fn try_acquire_raw(&self, owner: O) -> Result<Acquire<O>, LeaseError> {
+        let mut state = self.state.lock();
+        // The clock is read under the mutex so that grants are ordered by time as well as by
+        // token: a later grant never sees an earlier `now`.
+        let now = self.clock.now();
+        state.table.acquire(owner, now, self.ttl)
+    }
+
+    /// Extends `owner`'s lease with `token` by the lock's ttl from now.
+    ///
+    /// # Errors
+    /// [`LeaseError::NotHolder`] for a stale token or another owner; [`LeaseError::Expired`]
+    /// when the lease already ran out.
+    pub fn extend_raw(&self, owner: &O, token: Token) -> Result<Lease<O>, LeaseError> {
+        let mut state = self.state.lock();
+        let now = self.clock.now();
+        state.table.extend(owner, token, now, self.ttl)
+    }
+
+    /// Releases `owner`'s lease with `token`, waking waiters.
+    ///
+    /// # Errors
+    /// [`LeaseError::NotHolder`] for a stale token or another owner; nothing changes then.
+    pub fn release_raw(&self, owner: &O, token: Token) -> Result<Lease<O>, LeaseError> {
+        let mut state = self.state.lock();
+        let released = state.table.release(owner, token)?;
+        let wake = state.waiters > 0;
+        drop(state);
+        if wake {
+            self.freed.notify_all();
+        }
+        Ok(released)
+    }
+}
+
+/// The longest a waiter sleeps before re-reading the clock.
+const MAX_NAP: Duration = Duration::from_millis(50);
+
+/// A held lease; released when dropped.
+#[must_use = "if unused the lease is released at once"]
+pub struct LeaseGuard<'a, O: Clone + Eq + fmt::Debug, C: Clock> {
+    lock: &'a LeaseLock<O, C>,
+    lease: Lease<O>,
+    /// False once `release` ran, so that drop does not release twice.
+    held: bool,
+}
+
+impl<O: Clone + Eq + fmt::Debug, C: Clock> fmt::Debug for LeaseGuard<'_, O, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeaseGuard")
+            .field("lease", &self.lease)
+            .finish()
+    }
+}
+
+impl<O: Clone + Eq + fmt::Debug, C: Clock> LeaseGuard<'_, O, C> {
+    /// The fencing token of this lease: pass it with every write.
+    pub fn token(&self) -> Token {
+        self.lease.token
+    }
+
+    /// The owner this lease was granted to.
+    pub fn owner(&self) -> &O {
+        &self.lease.owner
+    }
+
+    /// When the lease expires, in nanoseconds on the lock's clock.
+    pub fn expires_at(&self) -> u64 {
+        self.lease.expires_at
+    }
+
+    /// Whether the lease has run out by the lock's clock. An expired guard still releases on
+    /// drop, which frees nothing if the lease was granted to someone else meanwhile.
+    pub fn is_expired(&self) -> bool {
+        !self.lease.is_live(self.lock.clock.now())
+    }
+
+    /// Time left on the lease (zero once expired).
+    pub fn remaining(&self) -> Duration {
+        Duration::from_nanos(self.lease.expires_at.saturating_sub(self.lock.clock.now()))
+    }
+
+    /// Extends the lease by the lock's ttl from now.
+    ///
+    /// # Errors
+    /// [`LeaseError::Expired`] if it already ran out, [`LeaseError::NotHolder`] if it was
+    /// granted to someone else meanwhile. The guard then no longer holds anything.
+    pub fn extend(&mut self) -> Result<(), LeaseError> {
+        self.lease = self.lock.extend_raw(&self.lease.owner, self.lease.token)?;
+        Ok(())
+    }
+
+    /// Releases the lease now and says whether it was still ours to release.
+    ///
+    /// # Errors
+    /// [`LeaseError::NotHolder`] if the lease expired and was granted to someone else.
+    pub fn release(mut self) -> Result<(), LeaseError> {
+        self.held = false;
+        self.lock
+            .release_raw(&self.lease.owner, self.lease.token)
+            .map(drop)
+    }
+}
+
+impl<O: Clone + Eq + fmt::Debug, C: Clock> Drop for LeaseGuard<'_, O, C> {
+    fn drop(&mut self) {
+        if self.held {
+            // A stale release is refused by the table and changes nothing; that is the point.
+            let _ = self.lock.release_raw(&self.lease.owner, self.lease.token);
+        }
+    }
+}

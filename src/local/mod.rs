@@ -1,0 +1,10 @@
+//! The in-process fenced lease lock: what a program uses to elect one of its threads, with the
+//! same rules (and the same code) the models check.
+
+mod clock;
+mod lock;
+mod store;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use lock::{AcquireError, LeaseGuard, LeaseLock};
+pub use store::FencedStore;

@@ -1,0 +1,9 @@
+//! The `fencecheck` command line.
+
+mod cli;
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    cli::main()
+}

@@ -1,0 +1,18 @@
+//! The sans-IO protocol core: the rules of a fenced lease, with no clock, thread, lock or I/O.
+//!
+//! Everything in fencecheck that decides who holds a lease or whether a write is accepted calls
+//! these types: the Stateright models hold them in their state, the in-process
+//! [`LeaseLock`](crate::local::LeaseLock) wraps them in a mutex, and backends that cannot run Rust
+//! (a Lua script, a SQL statement) are tested against them.
+//!
+//! Time is an input. Every method that needs it takes `now` as a `u64` in whatever unit the caller
+//! uses (logical ticks in the models, nanoseconds in the in-process lock); the core never reads a
+//! clock. A lease with `expires_at <= now` is free.
+
+mod fence;
+mod lease;
+mod token;
+
+pub use fence::{Fence, FencePolicy, StaleWrite};
+pub use lease::{Acquire, Lease, LeaseError, LeaseTable};
+pub use token::{Token, TokenExhausted, TokenIssuer};
