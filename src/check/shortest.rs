@@ -91,11 +91,7 @@ where
     None
 }
 
-fn path_to<M: Narrate>(
-    model: &M,
-    nodes: &[Node<M>],
-    mut i: usize,
-) -> Counterexample {
+fn path_to<M: Narrate>(model: &M, nodes: &[Node<M>], mut i: usize) -> Counterexample {
     let mut steps = Vec::new();
     while let Some((parent, action)) = &nodes[i].1 {
         steps.push(model.narrate(&nodes[*parent].0, action, &nodes[i].0));

@@ -1,0 +1,248 @@
+//! The command line as a user meets it: exit codes, output, JSON shape, and bad input.
+
+use std::process::{Command, Output};
+
+fn fencecheck(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_fencecheck"))
+        .args(args)
+        .output()
+        .expect("run fencecheck")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn check_exits_0_and_shows_verdicts_and_the_timeline() {
+    let out = fencecheck(&["check"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("13 of 13 verdicts match"), "{text}");
+    for line in [
+        "ttl-only  storage_in_lease_order  always      violated  VIOLATED  ok",
+        "fenced    storage_in_lease_order  always      holds     HOLDS     ok",
+        "fenced    single_believer         always      violated  VIOLATED  ok",
+    ] {
+        assert!(text.contains(line), "missing {line:?} in\n{text}");
+    }
+    assert!(text.contains("ttl-only / storage_in_lease_order: VIOLATED (expected), minimal counterexample in 7 steps:"));
+    assert!(text
+        .contains("7. client-0 writes with token 1: accepted  <- violates storage_in_lease_order"));
+}
+
+#[test]
+fn a_flipped_expectation_makes_check_exit_1() {
+    let out = fencecheck(&[
+        "check",
+        "fenced",
+        "--expect",
+        "fenced.storage_in_lease_order=violated",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = stdout(&out);
+    assert!(
+        text.contains("MISMATCH fenced / storage_in_lease_order: declared violated, found holds"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_mutant_makes_check_exit_1() {
+    let out = fencecheck(&["check", "fenced", "--mutant", "fence-accepts-older"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stdout(&out).contains("fenced / storage_in_lease_order: VIOLATED (NOT EXPECTED)"));
+}
+
+#[test]
+fn json_has_one_object_per_model_and_property() {
+    let out = fencecheck(&["check", "--json"]);
+    assert_eq!(out.status.code(), Some(0));
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
+    let rows = rows.as_array().expect("an array");
+    assert_eq!(rows.len(), 13);
+    for row in rows {
+        for key in [
+            "model",
+            "property",
+            "expected",
+            "verdict",
+            "states",
+            "seconds",
+            "counterexample",
+        ] {
+            assert!(row.get(key).is_some(), "{key} missing in {row}");
+        }
+        assert!(["holds", "violated", "incomplete"].contains(&row["verdict"].as_str().unwrap()));
+    }
+    let stale = rows
+        .iter()
+        .find(|r| r["model"] == "ttl-only" && r["property"] == "storage_in_lease_order")
+        .unwrap();
+    let steps = stale["counterexample"].as_array().unwrap();
+    assert_eq!(steps.len(), 7);
+    assert_eq!(steps[6]["text"], "client-0 writes with token 1: accepted");
+    assert_eq!(steps[6]["from"], "client-0");
+    assert_eq!(steps[6]["to"], "storage");
+    let holds = rows
+        .iter()
+        .find(|r| r["model"] == "fenced" && r["property"] == "storage_in_lease_order")
+        .unwrap();
+    assert!(holds["counterexample"].is_null());
+}
+
+#[test]
+fn max_states_reports_incomplete_and_fails_unless_allowed() {
+    let out = fencecheck(&["check", "fenced", "--max-states", "100", "--json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let row = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["property"] == "storage_in_lease_order")
+        .unwrap();
+    assert_eq!(row["verdict"], "incomplete");
+    let allowed = fencecheck(&[
+        "check",
+        "fenced",
+        "--max-states",
+        "100",
+        "--allow-incomplete",
+    ]);
+    assert_eq!(allowed.status.code(), Some(0));
+    assert!(stdout(&allowed).contains("INCOMPLETE"));
+}
+
+#[test]
+fn bad_input_gets_one_clear_line_and_exit_2() {
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["check", "nosuch"],
+            "error: unknown model 'nosuch'; valid models: ttl-only, fenced",
+        ),
+        (
+            &["check", "--clients", "0"],
+            "error: --clients 0: expected a number of clients from 1 to 6",
+        ),
+        (
+            &["check", "--clients", "1000"],
+            "error: --clients 1000: expected a number of clients from 1 to 6",
+        ),
+        (
+            &["check", "--writes", "99"],
+            "error: --writes 99: expected a number of writes per client from 1 to 4",
+        ),
+        (
+            &["check", "--retries", "7"],
+            "error: --retries 7: expected a number of retries per client from 0 to 3",
+        ),
+        (
+            &["check", "--threads", "0"],
+            "error: --threads 0: expected a number of checker threads from 1 to 64",
+        ),
+        (
+            &["check", "--mutant", "evil"],
+            "error: unknown mutant 'evil'; valid mutants: fence-accepts-older, token-reused",
+        ),
+        (
+            &["check", "--expect", "fenced.nope=holds"],
+            "has no property 'nope'",
+        ),
+        (
+            &["check", "--expect", "garbage"],
+            "expected MODEL.PROPERTY=holds or MODEL.PROPERTY=violated",
+        ),
+        (
+            &["check", "--clients", "x"],
+            "invalid value 'x' for '--clients <N>'",
+        ),
+        (&["check", "--bogus"], "unexpected argument '--bogus'"),
+        (
+            &["nosuchcommand"],
+            "unrecognized subcommand 'nosuchcommand'",
+        ),
+        (&["explore", "nosuch"], "error: unknown model 'nosuch'"),
+        (
+            &["demo", "--ttl-ms", "0"],
+            "error: --ttl-ms 0: expected a lease time-to-live from 10 to 10000 milliseconds",
+        ),
+    ];
+    for (args, message) in cases {
+        let out = fencecheck(args);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(message), "{args:?}: {err}");
+        assert_eq!(
+            err.trim_end().lines().count(),
+            1,
+            "{args:?}: one line, got {err}"
+        );
+        assert!(!err.contains("panicked"), "{args:?}");
+    }
+}
+
+#[test]
+fn help_is_there_for_every_command() {
+    for cmd in [
+        &["--help"][..],
+        &["check", "--help"],
+        &["list", "--help"],
+        &["explore", "--help"],
+        &["demo", "--help"],
+    ] {
+        let out = fencecheck(cmd);
+        assert_eq!(out.status.code(), Some(0), "{cmd:?}");
+        assert!(stdout(&out).contains("Usage: fencecheck"), "{cmd:?}");
+    }
+}
+
+#[test]
+fn list_names_every_model_and_its_expectations() {
+    let out = fencecheck(&["list"]);
+    assert_eq!(out.status.code(), Some(0));
+    let text = stdout(&out);
+    assert!(text.contains("ttl-only  --  "));
+    assert!(text.contains("fenced  --  "));
+    assert!(text.contains("storage_in_lease_order   always     expected violated"));
+    assert!(text.contains("storage_in_lease_order   always     expected holds"));
+}
+
+#[test]
+fn demo_shows_the_story_with_and_without_fencing() {
+    let out = fencecheck(&["demo", "--ttl-ms", "50"]);
+    assert_eq!(out.status.code(), Some(0));
+    let text = stdout(&out);
+    assert!(
+        text.contains("ACCEPT worker-B token=2 value=written-by-B"),
+        "{text}"
+    );
+    assert!(
+        text.contains("REJECT worker-A token=1 (already saw 2)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("final value : written-by-B (token 2)"),
+        "{text}"
+    );
+
+    let out = fencecheck(&["demo", "--ttl-ms", "50", "--no-fence"]);
+    assert_eq!(out.status.code(), Some(0));
+    let text = stdout(&out);
+    assert!(
+        text.contains("ACCEPT worker-A token=1 value=written-by-A"),
+        "{text}"
+    );
+    assert!(
+        text.contains("final value : written-by-A (token 1)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("WRONG: worker-A's stale write overwrote worker-B's newer one"),
+        "{text}"
+    );
+}
