@@ -1,1 +1,92 @@
-fn main() {}
+//! Lease acquire + release against the floors it is built from, measured in the same run:
+//! `parking_lot::Mutex` and `std::sync::Mutex` lock+unlock, a bare `Instant::now()`, and a
+//! parking_lot lock+unlock with one clock read (the budget the lease lock is held to).
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use fencecheck::local::LeaseLock;
+use std::hint::black_box;
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+const TTL: Duration = Duration::from_secs(30);
+
+fn uncontended(c: &mut Criterion) {
+    let mut g = c.benchmark_group("uncontended");
+    g.throughput(Throughput::Elements(1));
+    let lock = LeaseLock::new(TTL).unwrap();
+    g.bench_function("lease_lock_acquire_release", |b| {
+        b.iter(|| {
+            let guard = lock.try_acquire(black_box(1u64)).unwrap();
+            black_box(guard.token());
+        })
+    });
+    let pl = parking_lot::Mutex::new(0u64);
+    g.bench_function("parking_lot_lock_unlock", |b| b.iter(|| *pl.lock() += 1));
+    let std_mutex = std::sync::Mutex::new(0u64);
+    g.bench_function("std_mutex_lock_unlock", |b| {
+        b.iter(|| *std_mutex.lock().unwrap() += 1)
+    });
+    g.bench_function("instant_now", |b| b.iter(|| black_box(Instant::now())));
+    let origin = Instant::now();
+    g.bench_function("parking_lot_lock_unlock_plus_clock", |b| {
+        b.iter(|| {
+            let mut v = pl.lock();
+            *v = v.wrapping_add(origin.elapsed().as_nanos() as u64);
+        })
+    });
+    g.finish();
+}
+
+/// `threads` threads each run `iters` operations at once; one iteration is one operation per
+/// thread.
+fn run_contended(threads: usize, iters: u64, op: impl Fn() + Sync) -> Duration {
+    let barrier = Barrier::new(threads);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    barrier.wait();
+                    let started = Instant::now();
+                    for _ in 0..iters {
+                        op();
+                    }
+                    started.elapsed()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .max()
+            .unwrap_or_default()
+    })
+}
+
+fn contended(c: &mut Criterion) {
+    for threads in [2usize, 4] {
+        let mut g = c.benchmark_group(format!("contended/{threads}"));
+        g.throughput(Throughput::Elements(threads as u64));
+        let lock = Arc::new(LeaseLock::new(TTL).unwrap());
+        g.bench_function("lease_lock_try_acquire_release", |b| {
+            b.iter_custom(|iters| {
+                run_contended(threads, iters, || {
+                    if let Ok(guard) = lock.try_acquire(1u64) {
+                        black_box(guard.token());
+                    }
+                })
+            })
+        });
+        let pl = parking_lot::Mutex::new(0u64);
+        g.bench_function("parking_lot_lock_unlock", |b| {
+            b.iter_custom(|iters| run_contended(threads, iters, || *pl.lock() += 1))
+        });
+        let std_mutex = std::sync::Mutex::new(0u64);
+        g.bench_function("std_mutex_lock_unlock", |b| {
+            b.iter_custom(|iters| run_contended(threads, iters, || *std_mutex.lock().unwrap() += 1))
+        });
+        g.finish();
+    }
+}
+
+criterion_group!(benches, uncontended, contended);
+criterion_main!(benches);

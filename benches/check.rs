@@ -1,1 +1,36 @@
-fn main() {}
+//! Model-checking throughput (states per second) of each model at a fixed size, with 1 and 2
+//! checker threads, with and without symmetry reduction.
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use fencecheck::check::{catalog, Options, Params};
+
+fn check(c: &mut Criterion) {
+    let params = Params::default();
+    for entry in catalog() {
+        let mut g = c.benchmark_group(format!("check/{}", entry.name));
+        g.sample_size(10);
+        for symmetry in [true, false] {
+            for threads in [1usize, 2] {
+                let options = Options {
+                    threads,
+                    symmetry,
+                    ..Options::default()
+                };
+                // States per run, measured once, so that criterion reports states/s.
+                let states = (entry.check)(&params, &options, &mut |_| {}).generated;
+                g.throughput(Throughput::Elements(states as u64));
+                let id = format!(
+                    "{}_threads{threads}",
+                    if symmetry { "symmetry" } else { "full" }
+                );
+                g.bench_with_input(BenchmarkId::from_parameter(id), &options, |b, o| {
+                    b.iter(|| (entry.check)(&params, o, &mut |_| {}))
+                });
+            }
+        }
+        g.finish();
+    }
+}
+
+criterion_group!(benches, check);
+criterion_main!(benches);

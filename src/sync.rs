@@ -1,14 +1,16 @@
-//! The one switch between `std::sync` and `loom::sync`.
+//! The one switch between the production primitives and `loom::sync`.
 //!
 //! Every atomic, mutex and condition variable in the library comes from here, so that a build
-//! with `RUSTFLAGS="--cfg loom"` runs the same code under loom's scheduler. The mutex does not
-//! poison: a panic while holding it leaves the protected state as the last completed operation
-//! wrote it, which for the lease table and the fence is always a consistent state.
+//! with `RUSTFLAGS="--cfg loom"` runs the same code under loom's scheduler. Outside loom the
+//! mutex and condition variable are `parking_lot`'s (smaller and faster uncontended than
+//! `std`'s). The mutex does not poison: a panic while holding it leaves the protected state as
+//! the last completed operation wrote it, which for the lease table and the fence is always a
+//! consistent state.
 
 #[cfg(loom)]
 use loom::sync as imp;
 #[cfg(not(loom))]
-use std::sync as imp;
+use parking_lot as imp;
 
 /// Atomics: `std::sync::atomic` or `loom::sync::atomic`.
 pub mod atomic {
@@ -31,6 +33,14 @@ impl<T> Mutex<T> {
     }
 
     /// Locks the mutex, blocking until it is free.
+    #[cfg(not(loom))]
+    #[inline]
+    pub fn lock(&self) -> MutexGuard<'_, T> {
+        self.0.lock()
+    }
+
+    /// Locks the mutex, blocking until it is free.
+    #[cfg(loom)]
     pub fn lock(&self) -> MutexGuard<'_, T> {
         self.0
             .lock()
@@ -48,7 +58,19 @@ impl Condvar {
         Condvar(imp::Condvar::new())
     }
 
-    /// Waits for a notification or until `timeout` passes (loom treats it as a plain wait).
+    /// Waits for a notification or until `timeout` passes.
+    #[cfg(not(loom))]
+    pub fn wait_timeout<'a, T>(
+        &self,
+        mut guard: MutexGuard<'a, T>,
+        timeout: std::time::Duration,
+    ) -> MutexGuard<'a, T> {
+        self.0.wait_for(&mut guard, timeout);
+        guard
+    }
+
+    /// Waits for a notification (loom has no time, so the timeout is not modelled).
+    #[cfg(loom)]
     pub fn wait_timeout<'a, T>(
         &self,
         guard: MutexGuard<'a, T>,

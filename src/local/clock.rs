@@ -45,6 +45,7 @@ impl Default for SystemClock {
 }
 
 impl Clock for SystemClock {
+    #[inline]
     fn now(&self) -> u64 {
         // Saturates after 584 years of uptime, which no lease outlives.
         u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX)

@@ -71,6 +71,7 @@ impl Fence {
 
     /// Decides a write carrying `token`: on acceptance remembers it if it is the highest; on
     /// rejection changes nothing and names the token and the highest seen.
+    #[inline]
     pub fn admit(&mut self, token: Token) -> Result<(), StaleWrite> {
         match self.highest {
             Some(highest) if token < highest && self.policy == FencePolicy::Fenced => {

@@ -218,6 +218,7 @@ impl<O: Clone + Eq> LeaseTable<O> {
     }
 }
 
+#[inline]
 fn deadline(now: u64, ttl: u64) -> Result<u64, LeaseError> {
     if ttl == 0 {
         return Err(LeaseError::ZeroTtl);

@@ -15,11 +15,13 @@ impl Token {
     pub const FIRST: Token = Token(1);
 
     /// Wraps a raw token value (for example one read back from a server).
+    #[inline]
     pub const fn new(value: u64) -> Self {
         Token(value)
     }
 
     /// The raw value.
+    #[inline]
     pub const fn get(self) -> u64 {
         self.0
     }
@@ -58,6 +60,7 @@ impl TokenIssuer {
     }
 
     /// The next token, strictly larger than every token issued before.
+    #[inline]
     pub fn issue(&mut self) -> Result<Token, TokenExhausted> {
         match self.last.checked_add(1) {
             Some(next) => {
@@ -71,6 +74,7 @@ impl TokenIssuer {
     }
 
     /// The last token issued, if any.
+    #[inline]
     pub fn last_issued(&self) -> Option<Token> {
         (self.last > 0).then_some(Token(self.last))
     }
