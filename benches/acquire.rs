@@ -2,16 +2,19 @@
 //! `parking_lot::Mutex` and `std::sync::Mutex` lock+unlock, a bare `Instant::now()`, and a
 //! parking_lot lock+unlock with one clock read (the budget the lease lock is held to).
 
+mod common;
+
+use common::run_contended;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use fencecheck::local::LeaseLock;
 use std::hint::black_box;
-use std::sync::{Arc, Barrier};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const TTL: Duration = Duration::from_secs(30);
 
 fn uncontended(c: &mut Criterion) {
-    let mut g = c.benchmark_group("uncontended");
+    let mut g = c.benchmark_group("acquire/uncontended");
     g.throughput(Throughput::Elements(1));
     let lock = LeaseLock::new(TTL).unwrap();
     g.bench_function("lease_lock_acquire_release", |b| {
@@ -37,39 +40,14 @@ fn uncontended(c: &mut Criterion) {
     g.finish();
 }
 
-/// `threads` threads each run `iters` operations at once; one iteration is one operation per
-/// thread.
-fn run_contended(threads: usize, iters: u64, op: impl Fn() + Sync) -> Duration {
-    let barrier = Barrier::new(threads);
-    std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
-            .map(|_| {
-                s.spawn(|| {
-                    barrier.wait();
-                    let started = Instant::now();
-                    for _ in 0..iters {
-                        op();
-                    }
-                    started.elapsed()
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap())
-            .max()
-            .unwrap_or_default()
-    })
-}
-
 fn contended(c: &mut Criterion) {
     for threads in [2usize, 4] {
-        let mut g = c.benchmark_group(format!("contended/{threads}"));
+        let mut g = c.benchmark_group(format!("acquire/contended/{threads}"));
         g.throughput(Throughput::Elements(threads as u64));
         let lock = Arc::new(LeaseLock::new(TTL).unwrap());
         g.bench_function("lease_lock_try_acquire_release", |b| {
             b.iter_custom(|iters| {
-                run_contended(threads, iters, || {
+                run_contended(threads, iters, |_| {
                     if let Ok(guard) = lock.try_acquire(1u64) {
                         black_box(guard.token());
                     }
@@ -78,15 +56,21 @@ fn contended(c: &mut Criterion) {
         });
         let pl = parking_lot::Mutex::new(0u64);
         g.bench_function("parking_lot_lock_unlock", |b| {
-            b.iter_custom(|iters| run_contended(threads, iters, || *pl.lock() += 1))
+            b.iter_custom(|iters| run_contended(threads, iters, |_| *pl.lock() += 1))
         });
         let std_mutex = std::sync::Mutex::new(0u64);
         g.bench_function("std_mutex_lock_unlock", |b| {
-            b.iter_custom(|iters| run_contended(threads, iters, || *std_mutex.lock().unwrap() += 1))
+            b.iter_custom(|iters| {
+                run_contended(threads, iters, |_| *std_mutex.lock().unwrap() += 1)
+            })
         });
         g.finish();
     }
 }
 
-criterion_group!(benches, uncontended, contended);
+criterion_group! {
+    name = benches;
+    config = common::config();
+    targets = uncontended, contended
+}
 criterion_main!(benches);

@@ -1,6 +1,8 @@
 //! Model-checking throughput (states per second) of each model at a fixed size, with 1 and 2
 //! checker threads, with and without symmetry reduction.
 
+mod common;
+
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use fencecheck::check::{catalog, Options, Params};
 
@@ -32,5 +34,9 @@ fn check(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, check);
+criterion_group! {
+    name = benches;
+    config = common::config();
+    targets = check
+}
 criterion_main!(benches);

@@ -4,6 +4,7 @@
 //! - [`local`]: the in-process fenced lease lock and fenced store, checked by loom.
 //! - [`models`]: Stateright models of lock protocols built on the core.
 //! - [`check`]: running the models and comparing verdicts with their declared expectations.
+//! - [`report`]: rendering verdicts, counterexample diagrams and benchmark results.
 #![deny(missing_docs)]
 
 pub mod check;
@@ -11,4 +12,5 @@ pub mod local;
 #[path = "../models/mod.rs"]
 pub mod models;
 pub mod protocol;
+pub mod report;
 pub mod sync;

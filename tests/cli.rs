@@ -246,3 +246,44 @@ fn demo_shows_the_story_with_and_without_fencing() {
         "{text}"
     );
 }
+
+#[test]
+fn junit_file_is_written_beside_the_table() {
+    let path = std::env::temp_dir().join(format!("fencecheck-junit-{}.xml", std::process::id()));
+    let out = fencecheck(&["check", "--junit", path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0));
+    let xml = std::fs::read_to_string(&path).unwrap();
+    assert_eq!(xml.matches("<testcase ").count(), 13);
+    assert!(xml.contains("failures=\"0\""));
+    let _ = std::fs::remove_file(&path);
+
+    let bad = fencecheck(&["check", "--junit", "/nonexistent-dir/x.xml"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(stderr(&bad).contains("cannot write /nonexistent-dir/x.xml"));
+}
+
+#[test]
+fn report_regenerates_the_files_and_keeps_bench_md_without_estimates() {
+    let dir = std::env::temp_dir().join(format!("fencecheck-report-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("bench.md"), "earlier results").unwrap();
+    let empty = dir.join("no-criterion");
+    let out = fencecheck(&[
+        "report",
+        "--out",
+        dir.to_str().unwrap(),
+        "--criterion",
+        empty.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stderr(&out).contains("no criterion results under"));
+    for f in ["models.json", "models.md", "report.html", "README.md"] {
+        assert!(dir.join(f).is_file(), "{f}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(dir.join("bench.md")).unwrap(),
+        "earlier results"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

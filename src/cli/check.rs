@@ -115,19 +115,18 @@ pub(super) fn run(args: CheckArgs) -> Result<ExitCode, UsageError> {
         ..Options::default()
     };
 
-    let mut runs = Vec::new();
-    for entry in entries {
-        let mut reporter = ProgressLine::new();
-        let mut run = (entry.check)(&params, &options, &mut |p| reporter.show(p));
-        reporter.finish();
+    let mut runs = run_models(&entries, &params, &options);
+    for run in &mut runs {
         for o in overrides.iter().filter(|o| o.model == run.model) {
             if let Some(p) = run.properties.iter_mut().find(|p| p.property == o.property) {
                 p.expected = o.expected;
             }
         }
-        runs.push(run);
     }
 
+    if let Some(path) = &args.junit {
+        super::report::write_file(path, &fencecheck::report::junit(&runs))?;
+    }
     if args.json {
         println!("{}", json(&runs, &params));
     } else {
@@ -146,6 +145,23 @@ pub(super) fn run(args: CheckArgs) -> Result<ExitCode, UsageError> {
             ExitCode::SUCCESS
         },
     )
+}
+
+/// Checks each model in turn with a progress line.
+pub(super) fn run_models(
+    entries: &[&ModelEntry],
+    params: &Params,
+    options: &Options,
+) -> Vec<ModelRun> {
+    entries
+        .iter()
+        .map(|entry| {
+            let mut reporter = ProgressLine::new();
+            let run = (entry.check)(params, options, &mut |p| reporter.show(p));
+            reporter.finish();
+            run
+        })
+        .collect()
 }
 
 /// A live progress line on stderr for searches that run longer than a second.

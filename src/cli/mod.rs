@@ -3,6 +3,7 @@
 
 mod check;
 mod demo;
+mod report;
 
 use clap::{Args, Parser, Subcommand};
 use fencecheck::check::catalog;
@@ -29,6 +30,11 @@ enum Command {
     Explore(ExploreArgs),
     /// Run the story for real: two workers, a real TTL, a real pause, fenced storage.
     Demo(demo::DemoArgs),
+    /// Regenerate reports/: verdicts, counterexample diagrams and benchmark results.
+    ///
+    /// Checks every model afresh and reads criterion's saved estimates from the last
+    /// `cargo bench`. Exit status 1 when a verdict differs from its declaration.
+    Report(report::ReportArgs),
 }
 
 /// Model sizes shared by `check` and `explore`.
@@ -73,6 +79,9 @@ struct CheckArgs {
     /// Print the results as JSON (one object per model and property) instead of a table.
     #[arg(long)]
     json: bool,
+    /// Also write the results as JUnit XML to FILE (one test case per model and property).
+    #[arg(long, value_name = "FILE")]
+    junit: Option<std::path::PathBuf>,
     /// Override a declared expectation, e.g. `fenced.storage_in_lease_order=violated`
     /// (for testing a gate). Repeatable.
     #[arg(long, value_name = "MODEL.PROPERTY=holds|violated")]
@@ -132,6 +141,7 @@ pub fn main() -> ExitCode {
         }
         Command::Explore(args) => check::explore(args),
         Command::Demo(args) => demo::run(args),
+        Command::Report(args) => report::run(args),
     };
     result.unwrap_or_else(|UsageError(message)| {
         eprintln!("error: {message}");

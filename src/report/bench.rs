@@ -1,0 +1,198 @@
+//! Criterion's saved estimates (`target/criterion/**/new/estimates.json`) as a table of medians,
+//! throughputs and ratios to each group's baseline.
+
+use super::Meta;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+/// One benchmark's result as criterion saved it.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct BenchResult {
+    /// The criterion group (`acquire/uncontended`, ...).
+    pub group: String,
+    /// The benchmark within the group.
+    pub function: String,
+    /// Median time per iteration, in nanoseconds.
+    pub median_ns: f64,
+    /// Elements per iteration, when the benchmark declared a throughput.
+    pub elements: Option<u64>,
+    /// The group's baseline benchmark.
+    pub baseline: Option<String>,
+    /// This median divided by the baseline's (time ratio; below 1 is faster).
+    pub ratio: Option<f64>,
+}
+
+impl BenchResult {
+    /// Elements per second, when a throughput was declared.
+    pub fn per_second(&self) -> Option<f64> {
+        self.elements.map(|e| e as f64 * 1e9 / self.median_ns)
+    }
+}
+
+/// Why benchmark results could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// No criterion results under the directory.
+    #[error("no criterion results under {0} (run `cargo bench` first)")]
+    NoResults(PathBuf),
+    /// A file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// A file was not the JSON criterion writes.
+    #[error("{path}: not a criterion {what} file")]
+    Format {
+        /// The file.
+        path: PathBuf,
+        /// Which kind of file was expected.
+        what: &'static str,
+    },
+}
+
+/// Each group's baseline, by preference: the first of these present in the group.
+const BASELINES: &[&str] = &[
+    "parking_lot_lock_unlock_plus_clock",
+    "parking_lot_lock_unlock",
+    "unfenced_write",
+    "full_threads1",
+];
+
+fn read_json(path: &Path, what: &'static str) -> Result<Value, BenchError> {
+    let text = std::fs::read_to_string(path).map_err(|source| BenchError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    serde_json::from_str(&text).map_err(|_| BenchError::Format {
+        path: path.to_path_buf(),
+        what,
+    })
+}
+
+fn visit(dir: &Path, found: &mut Vec<BenchResult>) -> Result<(), BenchError> {
+    let entries = std::fs::read_dir(dir).map_err(|source| BenchError::Io {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if !path.is_dir() {
+            continue;
+        }
+        let (bench, estimates) = (
+            path.join("new/benchmark.json"),
+            path.join("new/estimates.json"),
+        );
+        if bench.is_file() && estimates.is_file() {
+            let b = read_json(&bench, "benchmark")?;
+            let e = read_json(&estimates, "estimates")?;
+            let bad = |what| BenchError::Format {
+                path: path.clone(),
+                what,
+            };
+            let group = b["group_id"].as_str().ok_or_else(|| bad("benchmark"))?;
+            let function = match (b["function_id"].as_str(), b["value_str"].as_str()) {
+                (Some(f), _) => f.to_string(),
+                (None, Some(v)) => v.to_string(),
+                (None, None) => return Err(bad("benchmark")),
+            };
+            let median_ns = e["median"]["point_estimate"]
+                .as_f64()
+                .ok_or_else(|| bad("estimates"))?;
+            found.push(BenchResult {
+                group: group.to_string(),
+                function,
+                median_ns,
+                elements: b["throughput"]["Elements"].as_u64(),
+                baseline: None,
+                ratio: None,
+            });
+        } else if path.file_name().is_some_and(|n| n != "report") {
+            visit(&path, found)?;
+        }
+    }
+    Ok(())
+}
+
+/// Reads every benchmark under `criterion_dir`, sorted by group and name, with ratios to each
+/// group's baseline.
+pub fn collect_benchmarks(criterion_dir: &Path) -> Result<Vec<BenchResult>, BenchError> {
+    let mut found = Vec::new();
+    if criterion_dir.is_dir() {
+        visit(criterion_dir, &mut found)?;
+    }
+    if found.is_empty() {
+        return Err(BenchError::NoResults(criterion_dir.to_path_buf()));
+    }
+    found.sort_by(|a, b| (&a.group, &a.function).cmp(&(&b.group, &b.function)));
+    let snapshot = found.clone();
+    for r in &mut found {
+        let baseline = BASELINES.iter().find_map(|name| {
+            snapshot
+                .iter()
+                .find(|b| b.group == r.group && b.function == *name)
+        });
+        if let Some(base) = baseline {
+            r.baseline = Some(base.function.clone());
+            r.ratio = Some(r.median_ns / base.median_ns);
+        }
+    }
+    Ok(found)
+}
+
+fn fmt_time(ns: f64) -> String {
+    if ns >= 1e9 {
+        format!("{:.2} s", ns / 1e9)
+    } else if ns >= 1e6 {
+        format!("{:.2} ms", ns / 1e6)
+    } else if ns >= 1e3 {
+        format!("{:.2} µs", ns / 1e3)
+    } else {
+        format!("{ns:.1} ns")
+    }
+}
+
+fn fmt_rate(per_second: f64) -> String {
+    if per_second >= 1e6 {
+        format!("{:.2} M/s", per_second / 1e6)
+    } else if per_second >= 1e3 {
+        format!("{:.1} k/s", per_second / 1e3)
+    } else {
+        format!("{per_second:.1} /s")
+    }
+}
+
+/// `bench.md`: one table per group with the median, the throughput and the ratio to the group's
+/// baseline, headed by the machine, toolchain and commit.
+pub fn bench_markdown(results: &[BenchResult], meta: &Meta) -> String {
+    let mut md = String::from("# Benchmarks\n\n");
+    md.push_str(&format!(
+        "Generated by `fencecheck report` from criterion's saved estimates. Machine: {} ({} logical \
+         CPUs); {}; fencecheck {} at commit `{}`.\n\nRatios are medians divided by the group's \
+         baseline, measured in the same run (below 1 is faster than the baseline).\n",
+        meta.cpu, meta.cores, meta.rustc, meta.version, meta.commit
+    ));
+    let mut group = "";
+    for r in results {
+        if r.group != group {
+            group = &r.group;
+            md.push_str(&format!(
+                "\n## {group}\n\n| benchmark | median | throughput | ratio to {} |\n|---|---|---|---|\n",
+                r.baseline.as_deref().unwrap_or("baseline")
+            ));
+        }
+        md.push_str(&format!(
+            "| {} | {} | {} | {} |\n",
+            r.function,
+            fmt_time(r.median_ns),
+            r.per_second().map(fmt_rate).unwrap_or_else(|| "-".into()),
+            r.ratio
+                .map(|x| format!("{x:.2} x"))
+                .unwrap_or_else(|| "-".into())
+        ));
+    }
+    md
+}

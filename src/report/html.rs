@@ -1,0 +1,130 @@
+//! One self-contained HTML page: verdicts, counterexample diagrams, benchmark ratios. No script,
+//! no external asset: it renders offline and from a CI artifact.
+
+use super::bench::BenchResult;
+use super::diagram::sequence_svg;
+use super::{escape, Meta};
+use crate::check::{ModelRun, Params};
+
+const STYLE: &str = "body{font-family:sans-serif;margin:2em;color:#222;max-width:1200px}\
+table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}\
+th{background:#f3f3f3}.ok{color:#1e7e34}.bad{color:#c0392b;font-weight:bold}\
+.violated{color:#c0392b}.holds{color:#1e7e34}.incomplete{color:#b9770e}\
+figure{margin:1em 0;overflow-x:auto}figcaption{font-weight:bold;margin-bottom:.5em}\
+.meta{color:#666;font-size:90%}";
+
+fn bar_chart(results: &[BenchResult]) -> String {
+    let rows: Vec<&BenchResult> = results
+        .iter()
+        .filter(|r| r.ratio.is_some() && r.baseline.as_deref() != Some(&r.function))
+        .collect();
+    if rows.is_empty() {
+        return "<p>No benchmark ratios.</p>\n".to_string();
+    }
+    let max = rows.iter().filter_map(|r| r.ratio).fold(1.0f64, f64::max);
+    let (label_w, bar_w, row_h) = (600.0, 380.0, 22.0);
+    let height = row_h * rows.len() as f64 + 30.0;
+    let width = label_w + bar_w + 80.0;
+    let mut svg = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" \
+         role=\"img\" aria-label=\"benchmark ratios\" font-family=\"sans-serif\" font-size=\"12\">\n"
+    );
+    let one = label_w + bar_w / max;
+    svg.push_str(&format!(
+        "<line x1=\"{one:.1}\" y1=\"0\" x2=\"{one:.1}\" y2=\"{:.1}\" stroke=\"#888\" stroke-dasharray=\"3 3\"/>\
+         <text x=\"{one:.1}\" y=\"{:.1}\" text-anchor=\"middle\" fill=\"#666\">1.0 = baseline</text>\n",
+        height - 18.0,
+        height - 4.0
+    ));
+    for (i, r) in rows.iter().enumerate() {
+        let ratio = r.ratio.unwrap_or(0.0);
+        let y = i as f64 * row_h;
+        let w = bar_w * ratio / max;
+        let color = if ratio <= 1.0 { "#27ae60" } else { "#2980b9" };
+        svg.push_str(&format!(
+            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{} / {} vs {}</text>\
+             <rect x=\"{label_w}\" y=\"{:.1}\" width=\"{w:.1}\" height=\"{:.1}\" fill=\"{color}\"/>\
+             <text x=\"{:.1}\" y=\"{:.1}\">{ratio:.2} x</text>\n",
+            label_w - 6.0,
+            y + 15.0,
+            escape(&r.group),
+            escape(&r.function),
+            escape(r.baseline.as_deref().unwrap_or("")),
+            y + 4.0,
+            row_h - 8.0,
+            label_w + w + 4.0,
+            y + 15.0
+        ));
+    }
+    svg.push_str("</svg>\n");
+    svg
+}
+
+/// The report page. `bench` is `None` when no benchmark results were available.
+pub fn html(
+    runs: &[ModelRun],
+    params: &Params,
+    bench: Option<&[BenchResult]>,
+    meta: &Meta,
+) -> String {
+    let mut h = String::from("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n");
+    h.push_str("<title>fencecheck report</title>\n");
+    h.push_str(&format!("<style>{STYLE}</style></head><body>\n"));
+    h.push_str("<h1>fencecheck report</h1>\n");
+    h.push_str(&format!(
+        "<p class=\"meta\">fencecheck {} at commit {}; {}; {} ({} logical CPUs). Models checked at {} clients x {} writes, {} retries.</p>\n",
+        escape(meta.version),
+        escape(&meta.commit),
+        escape(&meta.rustc),
+        escape(&meta.cpu),
+        meta.cores,
+        params.clients,
+        params.writes,
+        params.retries
+    ));
+    h.push_str("<h2>Verdicts</h2>\n<table><tr><th>model</th><th>property</th><th>kind</th><th>expected</th><th>verdict</th><th>match</th><th>states</th><th>seconds</th></tr>\n");
+    for r in runs {
+        for p in &r.properties {
+            h.push_str(&format!(
+                "<tr><td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td><td class=\"{}\">{}</td><td class=\"{}\">{}</td><td>{}</td><td>{:.3}</td></tr>\n",
+                escape(r.model),
+                escape(p.property),
+                p.kind,
+                p.expected,
+                p.verdict,
+                p.verdict,
+                if p.matches() { "ok" } else { "bad" },
+                if p.matches() { "ok" } else { "MISMATCH" },
+                r.states,
+                r.seconds
+            ));
+        }
+    }
+    h.push_str("</table>\n<h2>Counterexamples</h2>\n");
+    for r in runs {
+        for p in &r.properties {
+            let Some(cx) = &p.counterexample else {
+                continue;
+            };
+            h.push_str(&format!(
+                "<figure><figcaption>{} / {}: violated ({}), {} counterexample in {} steps</figcaption>\n{}</figure>\n",
+                escape(r.model),
+                escape(p.property),
+                if p.matches() { "as declared" } else { "NOT as declared" },
+                if p.minimal { "minimal" } else { "a" },
+                cx.steps.len(),
+                sequence_svg(&cx.steps, p.property)
+            ));
+        }
+    }
+    h.push_str("<h2>Benchmarks</h2>\n");
+    match bench {
+        Some(results) => {
+            h.push_str("<p>Median time relative to each group's baseline, measured in the same run.</p>\n");
+            h.push_str(&bar_chart(results));
+        }
+        None => h.push_str("<p>No benchmark results: run <code>cargo bench</code>, then <code>fencecheck report</code>.</p>\n"),
+    }
+    h.push_str("</body></html>\n");
+    h
+}

@@ -1,0 +1,72 @@
+//! JUnit XML: one test case per model and property, so any CI that reads JUnit shows the gate.
+
+use super::escape;
+use crate::check::{ModelRun, Verdict};
+
+/// A `<testsuites>` document: a `<testsuite>` per model, a `<testcase>` per property; a verdict
+/// that differs from its declaration is a `<failure>` whose text is the counterexample timeline,
+/// an undecided one is `<skipped>`.
+pub fn junit(runs: &[ModelRun]) -> String {
+    let total: usize = runs.iter().map(|r| r.properties.len()).sum();
+    let failures = runs
+        .iter()
+        .flat_map(|r| &r.properties)
+        .filter(|p| !p.matches() && p.verdict != Verdict::Incomplete)
+        .count();
+    let seconds: f64 = runs.iter().map(|r| r.seconds).sum();
+    let mut xml = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    xml.push_str(&format!(
+        "<testsuites name=\"fencecheck\" tests=\"{total}\" failures=\"{failures}\" errors=\"0\" time=\"{seconds:.3}\">\n"
+    ));
+    for r in runs {
+        let failed = r
+            .properties
+            .iter()
+            .filter(|p| !p.matches() && p.verdict != Verdict::Incomplete)
+            .count();
+        let skipped = r
+            .properties
+            .iter()
+            .filter(|p| p.verdict == Verdict::Incomplete)
+            .count();
+        xml.push_str(&format!(
+            "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{failed}\" errors=\"0\" skipped=\"{skipped}\" time=\"{:.3}\">\n",
+            escape(r.model),
+            r.properties.len(),
+            r.seconds
+        ));
+        for p in &r.properties {
+            xml.push_str(&format!(
+                "    <testcase classname=\"fencecheck.{}\" name=\"{}\" time=\"{:.3}\">",
+                escape(r.model),
+                escape(p.property),
+                r.seconds
+            ));
+            if p.verdict == Verdict::Incomplete {
+                xml.push_str(
+                    "<skipped message=\"search cut short before the property was decided\"/>",
+                );
+            } else if !p.matches() {
+                let mut text = format!(
+                    "{} / {}: declared {}, found {}\n",
+                    r.model, p.property, p.expected, p.verdict
+                );
+                if let Some(cx) = &p.counterexample {
+                    for (i, s) in cx.steps.iter().enumerate() {
+                        text.push_str(&format!("{}. {}\n", i + 1, s.text));
+                    }
+                }
+                xml.push_str(&format!(
+                    "\n      <failure message=\"declared {}, found {}\" type=\"verdict-mismatch\">{}</failure>\n    ",
+                    p.expected,
+                    p.verdict,
+                    escape(&text)
+                ));
+            }
+            xml.push_str("</testcase>\n");
+        }
+        xml.push_str("  </testsuite>\n");
+    }
+    xml.push_str("</testsuites>\n");
+    xml
+}

@@ -1,0 +1,78 @@
+//! Rendering results: model verdicts as Markdown, JSON, JUnit XML and HTML with sequence
+//! diagrams, and criterion's saved estimates as a benchmark table. A library: the CLI only
+//! decides where the files go.
+
+mod bench;
+mod diagram;
+mod html;
+mod junit;
+mod models;
+
+pub use bench::{bench_markdown, collect_benchmarks, BenchError, BenchResult};
+pub use diagram::{mermaid, sequence_svg};
+pub use html::html;
+pub use junit::junit;
+pub use models::{models_json, models_markdown, SCHEMA_VERSION};
+
+/// Where and with what a report was made.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Meta {
+    /// The git commit of the checkout, or `unknown`.
+    pub commit: String,
+    /// `rustc --version`, or `unknown`.
+    pub rustc: String,
+    /// Logical CPUs available.
+    pub cores: usize,
+    /// The CPU model from `/proc/cpuinfo`, or `unknown`.
+    pub cpu: String,
+    /// The fencecheck version.
+    pub version: &'static str,
+}
+
+impl Meta {
+    /// Reads the machine, the toolchain and the checkout.
+    pub fn collect() -> Meta {
+        let run = |cmd: &str, args: &[&str]| {
+            std::process::Command::new(cmd)
+                .args(args)
+                .output()
+                .ok()
+                .filter(|o| o.status.success())
+                .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+                .filter(|s| !s.is_empty())
+                .unwrap_or_else(|| "unknown".to_string())
+        };
+        let cpu = std::fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .and_then(|info| {
+                info.lines()
+                    .find(|l| l.starts_with("model name"))
+                    .and_then(|l| l.split_once(':'))
+                    .map(|(_, v)| v.trim().to_string())
+            })
+            .unwrap_or_else(|| "unknown".to_string());
+        Meta {
+            commit: run("git", &["rev-parse", "--short=12", "HEAD"]),
+            rustc: run("rustc", &["--version"]),
+            cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            cpu,
+            version: env!("CARGO_PKG_VERSION"),
+        }
+    }
+}
+
+/// Escapes text for HTML and XML.
+pub(crate) fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
