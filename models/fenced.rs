@@ -6,12 +6,15 @@
 //! late write is refused, so `storage_in_lease_order` holds.
 
 use super::lease_service::{prop, LeaseModel, LeaseServiceCfg};
-use super::{Expected, Mutant, PropertySpec};
+use super::{CatalogModel, Expected, Mutant, Params, PropertySpec};
 use crate::protocol::FencePolicy;
 use stateright::Expectation;
 
 /// The catalog name.
 pub const NAME: &str = "fenced";
+
+/// Negative controls that apply.
+pub const MUTANTS: &[Mutant] = &[Mutant::FenceAcceptsOlder, Mutant::TokenReused];
 
 /// One line for `fencecheck list`.
 pub const SUMMARY: &str = "lease with a TTL and a fencing token; storage rejects older tokens";
@@ -99,3 +102,34 @@ pub const PROPERTIES: &[PropertySpec] = &[
         expected: Expected::Holds,
     },
 ];
+
+/// The catalog entry.
+pub struct Fenced;
+
+impl CatalogModel for Fenced {
+    type Model = LeaseModel;
+    const NAME: &'static str = NAME;
+    const SUMMARY: &'static str = SUMMARY;
+    const PROPERTIES: &'static [PropertySpec] = PROPERTIES;
+    const MUTANTS: &'static [Mutant] = MUTANTS;
+
+    fn defaults() -> Params {
+        let d = FencedModelCfg::default();
+        Params {
+            clients: d.clients,
+            writes: d.writes_per_client,
+            retries: d.retries,
+            mutant: None,
+        }
+    }
+
+    fn build(p: &Params) -> LeaseModel {
+        FencedModelCfg {
+            clients: p.clients,
+            writes_per_client: p.writes,
+            retries: p.retries,
+            mutant: p.mutant,
+        }
+        .into_model()
+    }
+}

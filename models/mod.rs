@@ -8,9 +8,57 @@
 use serde::Serialize;
 use stateright::Expectation;
 
+pub mod check_before_write;
 pub mod fenced;
+pub mod idempotent_job;
+pub mod leader_election;
 pub mod lease_service;
+pub mod redlock;
+pub mod token_reset;
 pub mod ttl_only;
+
+/// Sizes and variants a model is checked with. Each model reads the fields that apply to it
+/// (see `fencecheck list` for each model's defaults).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Params {
+    /// Number of clients.
+    pub clients: usize,
+    /// Writes each client makes (each attempted once).
+    pub writes: u8,
+    /// Times a client asks for the lease again after learning it lost it.
+    pub retries: u8,
+    /// A deliberately broken variant (negative control).
+    pub mutant: Option<Mutant>,
+}
+
+impl Default for Params {
+    fn default() -> Self {
+        Params {
+            clients: 3,
+            writes: 2,
+            retries: 0,
+            mutant: None,
+        }
+    }
+}
+
+/// A model in the catalog: its name, declarations and how to build it.
+pub trait CatalogModel {
+    /// The Stateright model type.
+    type Model: stateright::Model;
+    /// The command-line name.
+    const NAME: &'static str;
+    /// One line for `fencecheck list`.
+    const SUMMARY: &'static str;
+    /// Each property with its declared expectation.
+    const PROPERTIES: &'static [PropertySpec];
+    /// The mutants this model can be built with.
+    const MUTANTS: &'static [Mutant];
+    /// The default sizes.
+    fn defaults() -> Params;
+    /// Builds the model.
+    fn build(params: &Params) -> Self::Model;
+}
 
 /// What a model declares about one of its properties.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -55,17 +103,24 @@ pub enum Mutant {
     FenceAcceptsOlder,
     /// The lock service hands out the previous grant's token again instead of the new one.
     TokenReused,
+    /// A candidate takes the term after the one it read without the register's compare-and-set.
+    BlindCampaign,
 }
 
 impl Mutant {
     /// Every mutant, in the order the CLI lists them.
-    pub const ALL: [Mutant; 2] = [Mutant::FenceAcceptsOlder, Mutant::TokenReused];
+    pub const ALL: [Mutant; 3] = [
+        Mutant::FenceAcceptsOlder,
+        Mutant::TokenReused,
+        Mutant::BlindCampaign,
+    ];
 
     /// The mutant's command-line name.
     pub fn name(self) -> &'static str {
         match self {
             Mutant::FenceAcceptsOlder => "fence-accepts-older",
             Mutant::TokenReused => "token-reused",
+            Mutant::BlindCampaign => "blind-campaign",
         }
     }
 
@@ -74,6 +129,9 @@ impl Mutant {
         match self {
             Mutant::FenceAcceptsOlder => "storage writes even when the fence rejects the token",
             Mutant::TokenReused => "the lock service hands out the previous token again",
+            Mutant::BlindCampaign => {
+                "a candidate takes the term after the one it read, no compare-and-set"
+            }
         }
     }
 }
@@ -97,6 +155,10 @@ pub trait Narrate: stateright::Model {
 
 /// A model whose interchangeable actors can be put in a canonical order (symmetry reduction).
 pub trait Symmetric: stateright::Model {
+    /// Whether `representative` actually merges states (false for models whose actors are not
+    /// interchangeable, which return the state itself).
+    const REDUCES: bool = true;
+
     /// A canonical member of `state`'s equivalence class under permutations of the
     /// interchangeable actors.
     fn representative(state: &Self::State) -> Self::State;

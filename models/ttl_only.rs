@@ -6,12 +6,15 @@
 //! write after the new holder's (`storage_in_lease_order` violated).
 
 use super::lease_service::{prop, LeaseModel, LeaseServiceCfg};
-use super::{Expected, Mutant, PropertySpec};
+use super::{CatalogModel, Expected, Mutant, Params, PropertySpec};
 use crate::protocol::FencePolicy;
 use stateright::Expectation;
 
 /// The catalog name.
 pub const NAME: &str = "ttl-only";
+
+/// Negative controls that apply: none (TTL-only storage has no fence to break).
+pub const MUTANTS: &[Mutant] = &[];
 
 /// One line for `fencecheck list`.
 pub const SUMMARY: &str = "lease with a TTL, storage accepts every write (SET NX PX alone)";
@@ -93,3 +96,34 @@ pub const PROPERTIES: &[PropertySpec] = &[
         expected: Expected::Violated,
     },
 ];
+
+/// The catalog entry.
+pub struct TtlOnly;
+
+impl CatalogModel for TtlOnly {
+    type Model = LeaseModel;
+    const NAME: &'static str = NAME;
+    const SUMMARY: &'static str = SUMMARY;
+    const PROPERTIES: &'static [PropertySpec] = PROPERTIES;
+    const MUTANTS: &'static [Mutant] = MUTANTS;
+
+    fn defaults() -> Params {
+        let d = TtlOnlyModelCfg::default();
+        Params {
+            clients: d.clients,
+            writes: d.writes_per_client,
+            retries: d.retries,
+            mutant: None,
+        }
+    }
+
+    fn build(p: &Params) -> LeaseModel {
+        TtlOnlyModelCfg {
+            clients: p.clients,
+            writes_per_client: p.writes,
+            retries: p.retries,
+            mutant: p.mutant,
+        }
+        .into_model()
+    }
+}

@@ -77,6 +77,30 @@ fn expiry_frees_the_lease_and_the_stale_guard_cannot_touch_the_new_one() {
 }
 
 #[test]
+fn a_borrowed_clock_works_and_debug_output_names_the_lease() {
+    let clock = ManualClock::new(0);
+    let lock = LeaseLock::with_clock(Duration::from_nanos(100), &clock).unwrap();
+    assert_eq!(lock.ttl(), Duration::from_nanos(100));
+    let mut g = lock.try_acquire("a").unwrap();
+    assert!(format!("{lock:?}").contains("ttl_ns: 100"));
+    assert!(format!("{g:?}").contains("token: Token(1)"));
+    clock.advance_nanos(100);
+    assert!(g.is_expired());
+    assert!(g.extend().is_err());
+    let b = lock.try_acquire("b").unwrap();
+    assert_eq!(b.token(), Token::new(2));
+    // The stale guard's explicit release reports that it held nothing.
+    assert_eq!(
+        g.release(),
+        Err(LeaseError::NotHolder {
+            token: Token::new(1),
+            current: Some(Token::new(2))
+        })
+    );
+    assert_eq!(lock.holder().map(|l| l.owner), Some("b"));
+}
+
+#[test]
 fn an_expired_guard_cannot_extend() {
     let (clock, lock) = manual(100);
     let mut a = lock.try_acquire("a").unwrap();

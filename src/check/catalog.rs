@@ -1,31 +1,10 @@
 //! The catalog of models `fencecheck` knows, with their default sizes and limits.
 
 use super::run::{check_model, ModelRun, Options, Progress};
-use crate::models::{fenced, ttl_only, Mutant, PropertySpec};
-
-/// Sizes and variants a model is checked with.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Params {
-    /// Number of clients.
-    pub clients: usize,
-    /// Writes each client makes (each attempted once).
-    pub writes: u8,
-    /// Times a client asks for the lease again after learning it lost it.
-    pub retries: u8,
-    /// A deliberately broken variant (negative control).
-    pub mutant: Option<Mutant>,
-}
-
-impl Default for Params {
-    fn default() -> Self {
-        Params {
-            clients: 3,
-            writes: 2,
-            retries: 0,
-            mutant: None,
-        }
-    }
-}
+use crate::models::{
+    check_before_write, fenced, idempotent_job, leader_election, redlock, token_reset, ttl_only,
+    CatalogModel, Mutant, Narrate, Params, PropertySpec, Symmetric,
+};
 
 /// The largest sizes `check` accepts: beyond them an exhaustive search does not finish on a
 /// workstation.
@@ -76,75 +55,70 @@ pub struct ModelEntry {
     pub summary: &'static str,
     /// Each property with its declared expectation.
     pub properties: &'static [PropertySpec],
+    /// The mutants (negative controls) this model can be built with.
+    pub mutants: &'static [Mutant],
+    /// The model's default sizes.
+    pub defaults: fn() -> Params,
     /// Checks the model at the given sizes.
     pub check: CheckFn,
     /// Serves Stateright's Explorer for the model at `addr` (blocks).
     pub explore: fn(&Params, std::net::SocketAddr),
 }
 
-fn check_ttl_only(p: &Params, o: &Options, progress: &mut dyn FnMut(&Progress)) -> ModelRun {
-    let model = ttl_only::TtlOnlyModelCfg {
-        clients: p.clients,
-        writes_per_client: p.writes,
-        retries: p.retries,
-        mutant: p.mutant,
-    }
-    .into_model();
-    check_model(ttl_only::NAME, model, ttl_only::PROPERTIES, o, progress)
+fn check_with<C>(p: &Params, o: &Options, progress: &mut dyn FnMut(&Progress)) -> ModelRun
+where
+    C: CatalogModel,
+    C::Model: Narrate + Symmetric + Clone + Send + Sync + 'static,
+    <C::Model as stateright::Model>::State:
+        Clone + Eq + std::hash::Hash + std::fmt::Debug + Send + Sync,
+    <C::Model as stateright::Model>::Action: Clone + PartialEq + std::fmt::Debug + Send + Sync,
+{
+    check_model(C::NAME, p, C::build(p), C::PROPERTIES, o, progress)
 }
 
-fn check_fenced(p: &Params, o: &Options, progress: &mut dyn FnMut(&Progress)) -> ModelRun {
-    let model = fenced::FencedModelCfg {
-        clients: p.clients,
-        writes_per_client: p.writes,
-        retries: p.retries,
-        mutant: p.mutant,
-    }
-    .into_model();
-    check_model(fenced::NAME, model, fenced::PROPERTIES, o, progress)
-}
-
-fn explore_ttl_only(p: &Params, addr: std::net::SocketAddr) {
+fn explore_with<C>(p: &Params, addr: std::net::SocketAddr)
+where
+    C: CatalogModel,
+    C::Model: stateright::Model + Send + Sync + 'static,
+    <C::Model as stateright::Model>::State:
+        Clone + PartialEq + std::hash::Hash + std::fmt::Debug + Send + Sync,
+    <C::Model as stateright::Model>::Action: Clone + PartialEq + std::fmt::Debug + Send + Sync,
+{
     use stateright::Model;
-    let model = ttl_only::TtlOnlyModelCfg {
-        clients: p.clients,
-        writes_per_client: p.writes,
-        retries: p.retries,
-        mutant: p.mutant,
-    }
-    .into_model();
-    model.checker().serve(addr);
+    C::build(p).checker().serve(addr);
 }
 
-fn explore_fenced(p: &Params, addr: std::net::SocketAddr) {
-    use stateright::Model;
-    let model = fenced::FencedModelCfg {
-        clients: p.clients,
-        writes_per_client: p.writes,
-        retries: p.retries,
-        mutant: p.mutant,
-    }
-    .into_model();
-    model.checker().serve(addr);
+macro_rules! entry {
+    ($c:ty) => {
+        ModelEntry {
+            name: <$c>::NAME,
+            summary: <$c>::SUMMARY,
+            properties: <$c>::PROPERTIES,
+            mutants: <$c>::MUTANTS,
+            defaults: <$c>::defaults,
+            check: check_with::<$c>,
+            explore: explore_with::<$c>,
+        }
+    };
 }
 
 /// Every model, in the order `check` runs them.
 pub fn catalog() -> &'static [ModelEntry] {
     const CATALOG: &[ModelEntry] = &[
-        ModelEntry {
-            name: ttl_only::NAME,
-            summary: ttl_only::SUMMARY,
-            properties: ttl_only::PROPERTIES,
-            check: check_ttl_only,
-            explore: explore_ttl_only,
-        },
-        ModelEntry {
-            name: fenced::NAME,
-            summary: fenced::SUMMARY,
-            properties: fenced::PROPERTIES,
-            check: check_fenced,
-            explore: explore_fenced,
-        },
+        entry!(ttl_only::TtlOnly),
+        entry!(fenced::Fenced),
+        entry!(check_before_write::CheckBeforeWrite),
+        entry!(check_before_write::ClockDrift),
+        entry!(redlock::Redlock),
+        entry!(redlock::RedlockRestart),
+        entry!(redlock::RedlockClockJump),
+        entry!(token_reset::TokenReset),
+        entry!(token_reset::DurableToken),
+        entry!(leader_election::LeaderElection),
+        entry!(leader_election::LeaderElectionUnfenced),
+        entry!(idempotent_job::IdempotentJob),
+        entry!(idempotent_job::AppendJob),
+        entry!(idempotent_job::LockedAppendJob),
     ];
     CATALOG
 }

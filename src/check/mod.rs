@@ -5,8 +5,9 @@ mod catalog;
 mod run;
 mod shortest;
 
+pub use crate::models::Params;
 pub use catalog::{
-    catalog, find_model, ModelEntry, Params, ParamsError, MAX_CLIENTS, MAX_RETRIES, MAX_WRITES,
+    catalog, find_model, CheckFn, ModelEntry, ParamsError, MAX_CLIENTS, MAX_RETRIES, MAX_WRITES,
 };
 pub use run::{check_model, ModelRun, Options, Progress, PropertyResult, Verdict};
-pub use shortest::{shortest_counterexample, Counterexample};
+pub use shortest::{shortest_counterexample, shortest_counterexamples, Counterexample};

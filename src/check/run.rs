@@ -1,6 +1,6 @@
 //! One exhaustive check of one model, and its verdicts against the model's declarations.
 
-use super::shortest::{shortest_counterexample, Counterexample};
+use super::shortest::{shortest_counterexamples, Counterexample};
 use crate::models::{Expected, Narrate, PropertySpec, Symmetric};
 use serde::Serialize;
 use stateright::{Checker, Expectation, HasDiscoveries};
@@ -107,6 +107,8 @@ impl PropertyResult {
 pub struct ModelRun {
     /// The model's name.
     pub model: &'static str,
+    /// The sizes it was checked at.
+    pub params: crate::models::Params,
     /// Distinct states explored (after symmetry reduction, when on).
     pub states: usize,
     /// States generated, repeats included.
@@ -140,6 +142,7 @@ fn kind_name(kind: &Expectation) -> &'static str {
 /// search that finds a shortest one.
 pub fn check_model<M>(
     name: &'static str,
+    params: &crate::models::Params,
     model: M,
     specs: &'static [PropertySpec],
     options: &Options,
@@ -157,7 +160,8 @@ where
         .checker()
         .threads(options.threads.max(1))
         .finish_when(HasDiscoveries::AnyOf(BTreeSet::new()));
-    if options.symmetry {
+    let symmetry = options.symmetry && M::REDUCES;
+    if symmetry {
         builder = builder.symmetry_fn(M::representative);
     }
     if let Some(max) = options.max_states {
@@ -186,6 +190,14 @@ where
     let complete = options.max_states.is_none_or(|max| generated < max);
 
     let cx_started = Instant::now();
+    let violated: Vec<&'static str> = specs
+        .iter()
+        .filter(|spec| spec.kind != Expectation::Sometimes)
+        .filter(|spec| checker.discovery(spec.name).is_some())
+        .map(|spec| spec.name)
+        .collect();
+    let mut shortest =
+        shortest_counterexamples(&model, &violated, options.max_counterexample_states);
     let properties = specs
         .iter()
         .map(|spec| {
@@ -199,11 +211,7 @@ where
             };
             let (counterexample, minimal) = match (&spec.kind, discovery) {
                 (Expectation::Always | Expectation::Eventually, Some(path)) => {
-                    match shortest_counterexample(
-                        &model,
-                        spec.name,
-                        options.max_counterexample_states,
-                    ) {
+                    match shortest.remove(spec.name) {
                         Some(cx) => (Some(cx), true),
                         None => (Some(narrate_path(&model, path)), false),
                     }
@@ -223,13 +231,14 @@ where
         .collect();
     ModelRun {
         model: name,
+        params: params.clone(),
         states: checker.unique_state_count(),
         generated,
         max_depth: checker.max_depth(),
         seconds,
         counterexample_seconds: cx_started.elapsed().as_secs_f64(),
         complete,
-        symmetry: options.symmetry,
+        symmetry,
         properties,
     }
 }

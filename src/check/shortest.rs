@@ -6,8 +6,8 @@
 
 use crate::models::{Narrate, Step};
 use stateright::{Expectation, Model};
-use std::collections::HashSet;
-use std::hash::Hash;
+use std::collections::{HashMap, HashSet};
+use std::hash::{BuildHasher, Hash};
 
 /// A state found by the search and how it was reached (parent index and action).
 type Node<M> = (<M as Model>::State, Option<(usize, <M as Model>::Action)>);
@@ -42,10 +42,12 @@ where
     };
 
     let mut nodes: Vec<Node<M>> = Vec::new();
-    let mut seen: HashSet<M::State> = HashSet::new();
+    // Fingerprints rather than states: half the memory and no deep comparisons.
+    let hasher = std::collections::hash_map::RandomState::new();
+    let mut seen: HashSet<u64> = HashSet::new();
     let mut frontier: Vec<usize> = Vec::new();
     for s in model.init_states() {
-        if seen.insert(s.clone()) {
+        if seen.insert(hasher.hash_one(&s)) {
             nodes.push((s, None));
             frontier.push(nodes.len() - 1);
         }
@@ -72,13 +74,12 @@ where
                     continue;
                 }
                 terminal = false;
-                if seen.contains(&next) {
+                if !seen.insert(hasher.hash_one(&next)) {
                     continue;
                 }
                 if nodes.len() >= max_states {
                     return None;
                 }
-                seen.insert(next.clone());
                 nodes.push((next, Some((i, action))));
                 next_frontier.push(nodes.len() - 1);
             }
@@ -89,6 +90,80 @@ where
         frontier = next_frontier;
     }
     None
+}
+
+/// The shortest counterexample of each named `always` property, found in one breadth-first
+/// search (and of each `eventually` property, each in its own search). Properties with no
+/// violation within `max_states` states are absent from the result.
+pub fn shortest_counterexamples<M>(
+    model: &M,
+    names: &[&'static str],
+    max_states: usize,
+) -> HashMap<&'static str, Counterexample>
+where
+    M: Narrate,
+    M::State: Clone + Eq + Hash,
+    M::Action: Clone,
+{
+    let props = model.properties();
+    let mut found = HashMap::new();
+    let mut always = Vec::new();
+    for name in names {
+        match props.iter().find(|p| p.name == *name) {
+            Some(p) if p.expectation == Expectation::Always => always.push((*name, p.condition)),
+            Some(_) => {
+                if let Some(cx) = shortest_counterexample(model, name, max_states) {
+                    found.insert(*name, cx);
+                }
+            }
+            None => {}
+        }
+    }
+    if always.is_empty() {
+        return found;
+    }
+    let hasher = std::collections::hash_map::RandomState::new();
+    let mut seen: HashSet<u64> = HashSet::new();
+    let mut nodes: Vec<Node<M>> = Vec::new();
+    let mut frontier: Vec<usize> = Vec::new();
+    for s in model.init_states() {
+        if seen.insert(hasher.hash_one(&s)) {
+            nodes.push((s, None));
+            frontier.push(nodes.len() - 1);
+        }
+    }
+    let mut actions = Vec::new();
+    while !frontier.is_empty() && !always.is_empty() {
+        let mut next_frontier = Vec::new();
+        for &i in &frontier {
+            always.retain(|(name, condition)| {
+                if condition(model, &nodes[i].0) {
+                    return true;
+                }
+                found.insert(*name, path_to(model, &nodes, i));
+                false
+            });
+            if always.is_empty() {
+                return found;
+            }
+            model.actions(&nodes[i].0, &mut actions);
+            for action in actions.drain(..) {
+                let Some(next) = model.next_state(&nodes[i].0, action.clone()) else {
+                    continue;
+                };
+                if !model.within_boundary(&next) || !seen.insert(hasher.hash_one(&next)) {
+                    continue;
+                }
+                if nodes.len() >= max_states {
+                    return found;
+                }
+                nodes.push((next, Some((i, action))));
+                next_frontier.push(nodes.len() - 1);
+            }
+        }
+        frontier = next_frontier;
+    }
+    found
 }
 
 fn path_to<M: Narrate>(model: &M, nodes: &[Node<M>], mut i: usize) -> Counterexample {

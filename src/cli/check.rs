@@ -7,35 +7,59 @@ use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 use std::time::Duration;
 
-fn params(size: &SizeArgs) -> Result<Params, UsageError> {
-    let mutant = match &size.mutant {
-        None => None,
-        Some(name) => Some(
-            Mutant::ALL
-                .into_iter()
-                .find(|m| m.name() == name)
-                .ok_or_else(|| {
-                    let valid: Vec<_> = Mutant::ALL.iter().map(|m| m.name()).collect();
-                    UsageError(format!(
-                        "unknown mutant '{name}'; valid mutants: {}",
-                        valid.join(", ")
-                    ))
-                })?,
-        ),
-    };
+/// The sizes for `entry`: its defaults, overridden by what the command line gives.
+fn params(size: &SizeArgs, entry: &ModelEntry) -> Result<Params, UsageError> {
     use fencecheck::check::ParamsError;
-    let writes = u8::try_from(size.writes)
-        .map_err(|_| UsageError(ParamsError::Writes(size.writes).to_string()))?;
-    let retries = u8::try_from(size.retries)
-        .map_err(|_| UsageError(ParamsError::Retries(size.retries).to_string()))?;
-    let params = Params {
-        clients: size.clients,
-        writes,
-        retries,
-        mutant,
-    };
+    let mut params = (entry.defaults)();
+    if let Some(clients) = size.clients {
+        params.clients = clients;
+    }
+    if let Some(writes) = size.writes {
+        params.writes = u8::try_from(writes)
+            .map_err(|_| UsageError(ParamsError::Writes(writes).to_string()))?;
+    }
+    if let Some(retries) = size.retries {
+        params.retries = u8::try_from(retries)
+            .map_err(|_| UsageError(ParamsError::Retries(retries).to_string()))?;
+    }
+    params.mutant = mutant(size)?;
+    if let Some(m) = params.mutant {
+        if !entry.mutants.contains(&m) {
+            return Err(UsageError(format!(
+                "mutant '{}' does not apply to model {}; it applies to: {}",
+                m.name(),
+                entry.name,
+                applies_to(m).join(", ")
+            )));
+        }
+    }
     params.validate().map_err(|e| UsageError(e.to_string()))?;
     Ok(params)
+}
+
+fn applies_to(m: Mutant) -> Vec<&'static str> {
+    catalog()
+        .iter()
+        .filter(|e| e.mutants.contains(&m))
+        .map(|e| e.name)
+        .collect()
+}
+
+fn mutant(size: &SizeArgs) -> Result<Option<Mutant>, UsageError> {
+    let Some(name) = &size.mutant else {
+        return Ok(None);
+    };
+    Mutant::ALL
+        .into_iter()
+        .find(|m| m.name() == name)
+        .map(Some)
+        .ok_or_else(|| {
+            let valid: Vec<_> = Mutant::ALL.iter().map(|m| m.name()).collect();
+            UsageError(format!(
+                "unknown mutant '{name}'; valid mutants: {}",
+                valid.join(", ")
+            ))
+        })
 }
 
 fn model(name: &str) -> Result<&'static ModelEntry, UsageError> {
@@ -83,7 +107,6 @@ fn parse_override(text: &str) -> Result<Override, UsageError> {
 }
 
 pub(super) fn run(args: CheckArgs) -> Result<ExitCode, UsageError> {
-    let params = params(&args.size)?;
     if args.threads == 0 || args.threads > 64 {
         return Err(UsageError(format!(
             "--threads {}: expected a number of checker threads from 1 to 64",
@@ -95,14 +118,23 @@ pub(super) fn run(args: CheckArgs) -> Result<ExitCode, UsageError> {
             "--max-states 0: expected at least 1 state".into(),
         ));
     }
-    let entries: Vec<&ModelEntry> = if args.models.is_empty() {
-        catalog().iter().collect()
-    } else {
-        args.models
+    let entries: Vec<&ModelEntry> = match (args.models.is_empty(), mutant(&args.size)?) {
+        // A mutant without named models checks the models it applies to.
+        (true, Some(m)) => catalog()
+            .iter()
+            .filter(|e| e.mutants.contains(&m))
+            .collect(),
+        (true, None) => catalog().iter().collect(),
+        (false, _) => args
+            .models
             .iter()
             .map(|n| model(n))
-            .collect::<Result<_, _>>()?
+            .collect::<Result<_, _>>()?,
     };
+    let sized = entries
+        .iter()
+        .map(|e| Ok((*e, params(&args.size, e)?)))
+        .collect::<Result<Vec<_>, UsageError>>()?;
     let overrides = args
         .expect
         .iter()
@@ -115,7 +147,7 @@ pub(super) fn run(args: CheckArgs) -> Result<ExitCode, UsageError> {
         ..Options::default()
     };
 
-    let mut runs = run_models(&entries, &params, &options);
+    let mut runs = run_models(&sized, &options);
     for run in &mut runs {
         for o in overrides.iter().filter(|o| o.model == run.model) {
             if let Some(p) = run.properties.iter_mut().find(|p| p.property == o.property) {
@@ -128,9 +160,9 @@ pub(super) fn run(args: CheckArgs) -> Result<ExitCode, UsageError> {
         super::report::write_file(path, &fencecheck::report::junit(&runs))?;
     }
     if args.json {
-        println!("{}", json(&runs, &params));
+        println!("{}", json(&runs));
     } else {
-        print_table(&runs, &params, &options);
+        print_table(&runs, &options);
     }
     let mismatches = runs
         .iter()
@@ -148,14 +180,10 @@ pub(super) fn run(args: CheckArgs) -> Result<ExitCode, UsageError> {
 }
 
 /// Checks each model in turn with a progress line.
-pub(super) fn run_models(
-    entries: &[&ModelEntry],
-    params: &Params,
-    options: &Options,
-) -> Vec<ModelRun> {
+pub(super) fn run_models(entries: &[(&ModelEntry, Params)], options: &Options) -> Vec<ModelRun> {
     entries
         .iter()
-        .map(|entry| {
+        .map(|(entry, params)| {
             let mut reporter = ProgressLine::new();
             let run = (entry.check)(params, options, &mut |p| reporter.show(p));
             reporter.finish();
@@ -221,22 +249,27 @@ impl ProgressLine {
     }
 }
 
-fn print_table(runs: &[ModelRun], params: &Params, options: &Options) {
-    println!(
-        "fencecheck check: {} clients x {} writes, {} retries, {}{}",
-        params.clients,
-        params.writes,
-        params.retries,
-        if options.symmetry {
-            "symmetry reduction on"
-        } else {
-            "symmetry reduction off"
-        },
-        params
-            .mutant
+/// `3 clients x 2 writes, 0 retries` and the mutant, if any.
+fn sizes(p: &Params) -> String {
+    format!(
+        "{} clients x {} writes, {} retries{}",
+        p.clients,
+        p.writes,
+        p.retries,
+        p.mutant
             .map(|m| format!(", mutant {} ({})", m.name(), m.summary()))
             .unwrap_or_default()
+    )
+}
+
+fn print_table(runs: &[ModelRun], options: &Options) {
+    println!(
+        "fencecheck check: symmetry reduction {}",
+        if options.symmetry { "on" } else { "off" }
     );
+    for run in runs {
+        println!("  {}: {}", run.model, sizes(&run.params));
+    }
     println!();
     let rows: Vec<[String; 8]> = runs
         .iter()
@@ -344,7 +377,7 @@ fn print_table(runs: &[ModelRun], params: &Params, options: &Options) {
     );
 }
 
-fn json(runs: &[ModelRun], params: &Params) -> String {
+fn json(runs: &[ModelRun]) -> String {
     let rows: Vec<serde_json::Value> = runs
         .iter()
         .flat_map(|r| {
@@ -360,10 +393,10 @@ fn json(runs: &[ModelRun], params: &Params) -> String {
                     "seconds": r.seconds,
                     "complete": r.complete,
                     "symmetry": r.symmetry,
-                    "clients": params.clients,
-                    "writes": params.writes,
-                    "retries": params.retries,
-                    "mutant": params.mutant.map(|m| m.name()),
+                    "clients": r.params.clients,
+                    "writes": r.params.writes,
+                    "retries": r.params.retries,
+                    "mutant": r.params.mutant.map(|m| m.name()),
                     "counterexample": p.counterexample.as_ref().map(|c| &c.steps),
                     "minimal": p.minimal,
                 })
@@ -376,6 +409,16 @@ fn json(runs: &[ModelRun], params: &Params) -> String {
 pub(super) fn list() {
     for entry in catalog() {
         println!("{}  --  {}", entry.name, entry.summary);
+        let mutants: Vec<_> = entry.mutants.iter().map(|m| m.name()).collect();
+        println!(
+            "    default size: {}; mutants: {}",
+            sizes(&(entry.defaults)()),
+            if mutants.is_empty() {
+                "none".to_string()
+            } else {
+                mutants.join(", ")
+            }
+        );
         for p in entry.properties {
             let kind = format!("{:?}", p.kind).to_lowercase();
             println!(
@@ -394,7 +437,7 @@ pub(super) fn list() {
 
 pub(super) fn explore(args: ExploreArgs) -> Result<ExitCode, UsageError> {
     let entry = model(&args.model)?;
-    let params = params(&args.size)?;
+    let params = params(&args.size, entry)?;
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], args.port));
     // Stateright's server panics on a busy port; find out first and say so.
     if let Err(e) = std::net::TcpListener::bind(addr) {

@@ -40,18 +40,18 @@ enum Command {
 /// Model sizes shared by `check` and `explore`.
 #[derive(Debug, Args)]
 struct SizeArgs {
-    /// Number of clients (1 to 6).
-    #[arg(long, value_name = "N", default_value_t = 3)]
-    clients: usize,
-    /// Writes per client (1 to 4).
-    #[arg(long, value_name = "N", default_value_t = 2)]
-    writes: u64,
+    /// Number of clients (1 to 6; default: each model's own, see `fencecheck list`).
+    #[arg(long, value_name = "N")]
+    clients: Option<usize>,
+    /// Writes per client (1 to 4; default: each model's own).
+    #[arg(long, value_name = "N")]
+    writes: Option<u64>,
     /// Times a client asks for the lease again after a rejected write told it the lease was
-    /// lost (0 to 3). Each retry multiplies the state space.
-    #[arg(long, value_name = "N", default_value_t = 0)]
-    retries: u64,
-    /// Build a deliberately broken variant into the model (a negative control):
-    /// fence-accepts-older or token-reused.
+    /// lost (0 to 3; default: each model's own). Each retry multiplies the state space.
+    #[arg(long, value_name = "N")]
+    retries: Option<u64>,
+    /// Build a deliberately broken variant into the model (a negative control); `fencecheck
+    /// list` names each model's mutants. Without MODEL, checks the models it applies to.
     #[arg(long, value_name = "NAME")]
     mutant: Option<String>,
 }

@@ -3,7 +3,7 @@
 use super::check::run_models;
 use super::UsageError;
 use clap::Args;
-use fencecheck::check::{catalog, Options, Params};
+use fencecheck::check::{catalog, Options};
 use fencecheck::report::{self, Meta};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -55,9 +55,8 @@ pub(super) fn run(args: ReportArgs) -> Result<ExitCode, UsageError> {
         ))
     })?;
     let meta = Meta::collect();
-    let params = Params::default();
-    let entries: Vec<_> = catalog().iter().collect();
-    let runs = run_models(&entries, &params, &Options::default());
+    let entries: Vec<_> = catalog().iter().map(|e| (e, (e.defaults)())).collect();
+    let runs = run_models(&entries, &Options::default());
 
     let bench = match report::collect_benchmarks(&args.criterion) {
         Ok(results) => Some(results),
@@ -68,17 +67,14 @@ pub(super) fn run(args: ReportArgs) -> Result<ExitCode, UsageError> {
             None
         }
     };
-    let json = serde_json::to_string_pretty(&report::models_json(&runs, &params, &meta))
+    let json = serde_json::to_string_pretty(&report::models_json(&runs, &meta))
         .expect("JSON of plain values");
     let out = |name: &str| args.out.join(name);
     write_file(&out("models.json"), &(json + "\n"))?;
-    write_file(
-        &out("models.md"),
-        &report::models_markdown(&runs, &params, &meta),
-    )?;
+    write_file(&out("models.md"), &report::models_markdown(&runs, &meta))?;
     write_file(
         &out("report.html"),
-        &report::html(&runs, &params, bench.as_deref(), &meta),
+        &report::html(&runs, bench.as_deref(), &meta),
     )?;
     write_file(&out("README.md"), README)?;
     let mut written = vec!["models.json", "models.md", "report.html", "README.md"];

@@ -174,14 +174,18 @@ impl<O: Clone + Eq + fmt::Debug, C: Clock> LeaseLock<O, C> {
                     }
                     // Sleep until the earlier of our deadline and the holder's expiry; a release
                     // wakes us sooner. The cap keeps a waiter on a manual clock re-reading it.
-                    let wake_at = deadline.min(expires_at);
-                    let nap = Duration::from_nanos(wake_at - now).min(MAX_NAP);
+                    let nap = nap(now, deadline, expires_at);
                     state.waiters += 1;
                     state = self.freed.wait_timeout(state, nap);
                     state.waiters -= 1;
                 }
             }
         }
+    }
+
+    /// How many threads are blocked in [`acquire_timeout`](Self::acquire_timeout) right now.
+    pub fn waiting(&self) -> usize {
+        self.state.lock().waiters
     }
 
     /// The live lease at this moment, if any (a snapshot: it may change at once).
@@ -230,8 +234,28 @@ impl<O: Clone + Eq + fmt::Debug, C: Clock> LeaseLock<O, C> {
     }
 }
 
-/// The longest a waiter sleeps before re-reading the clock.
-const MAX_NAP: Duration = Duration::from_millis(50);
+/// The longest a waiter sleeps before re-reading the clock (a manual clock moves without
+/// waking anyone).
+const MAX_NAP: Duration = Duration::from_millis(200);
+
+/// How long a waiter sleeps at `now`: until its own deadline or the holder's expiry, whichever
+/// comes first, and never longer than [`MAX_NAP`]. A release wakes it sooner.
+fn nap(now: u64, deadline: u64, expires_at: u64) -> Duration {
+    Duration::from_nanos(deadline.min(expires_at).saturating_sub(now)).min(MAX_NAP)
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_waiter_naps_until_the_first_of_its_deadline_and_the_expiry() {
+        assert_eq!(nap(100, 150, 130), Duration::from_nanos(30));
+        assert_eq!(nap(100, 120, 130), Duration::from_nanos(20));
+        assert_eq!(nap(100, 100, 130), Duration::ZERO);
+        assert_eq!(nap(0, u64::MAX, u64::MAX), MAX_NAP);
+    }
+}
 
 /// A held lease; released when dropped.
 #[must_use = "if unused the lease is released at once"]

@@ -403,6 +403,23 @@ mod tests {
     }
 
     #[test]
+    fn map_owner_renames_and_keeps_token_and_deadline() {
+        let mut t = LeaseTable::new();
+        granted(t.acquire('a', 3, 10));
+        let renamed = t.map_owner(|o| (*o as u8) + 1);
+        let lease = renamed.current().unwrap();
+        assert_eq!(
+            (lease.owner, lease.token, lease.expires_at),
+            (b'a' + 1, Token::FIRST, 13)
+        );
+        assert_eq!(renamed.last_token(), Some(Token::FIRST));
+        assert_eq!(
+            LeaseTable::<char>::new().map_owner(|o| *o),
+            LeaseTable::new()
+        );
+    }
+
+    #[test]
     fn release_of_expired_but_not_regranted_lease_is_allowed() {
         let mut t = LeaseTable::new();
         let a = granted(t.acquire('a', 0, 10));

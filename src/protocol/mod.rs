@@ -11,8 +11,10 @@
 
 mod fence;
 mod lease;
+mod register;
 mod token;
 
 pub use fence::{Fence, FencePolicy, StaleWrite};
 pub use lease::{Acquire, Lease, LeaseError, LeaseTable};
+pub use register::{Campaign, TermRegister};
 pub use token::{Token, TokenExhausted, TokenIssuer};

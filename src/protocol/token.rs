@@ -94,6 +94,12 @@ mod tests {
     }
 
     #[test]
+    fn token_displays_as_its_number() {
+        assert_eq!(Token::new(42).to_string(), "42");
+        assert_eq!(Token::new(42).get(), 42);
+    }
+
+    #[test]
     fn issuing_past_u64_max_is_an_error_not_a_wrap() {
         let mut issuer = TokenIssuer::resume_after(Token::new(u64::MAX - 1));
         assert_eq!(issuer.issue(), Ok(Token::new(u64::MAX)));

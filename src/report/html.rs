@@ -4,7 +4,7 @@
 use super::bench::BenchResult;
 use super::diagram::sequence_svg;
 use super::{escape, Meta};
-use crate::check::{ModelRun, Params};
+use crate::check::ModelRun;
 
 const STYLE: &str = "body{font-family:sans-serif;margin:2em;color:#222;max-width:1200px}\
 table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}\
@@ -61,26 +61,18 @@ fn bar_chart(results: &[BenchResult]) -> String {
 }
 
 /// The report page. `bench` is `None` when no benchmark results were available.
-pub fn html(
-    runs: &[ModelRun],
-    params: &Params,
-    bench: Option<&[BenchResult]>,
-    meta: &Meta,
-) -> String {
+pub fn html(runs: &[ModelRun], bench: Option<&[BenchResult]>, meta: &Meta) -> String {
     let mut h = String::from("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n");
     h.push_str("<title>fencecheck report</title>\n");
     h.push_str(&format!("<style>{STYLE}</style></head><body>\n"));
     h.push_str("<h1>fencecheck report</h1>\n");
     h.push_str(&format!(
-        "<p class=\"meta\">fencecheck {} at commit {}; {}; {} ({} logical CPUs). Models checked at {} clients x {} writes, {} retries.</p>\n",
+        "<p class=\"meta\">fencecheck {} at commit {}; {}; {} ({} logical CPUs). Each model checked at its default size.</p>\n",
         escape(meta.version),
         escape(&meta.commit),
         escape(&meta.rustc),
         escape(&meta.cpu),
-        meta.cores,
-        params.clients,
-        params.writes,
-        params.retries
+        meta.cores
     ));
     h.push_str("<h2>Verdicts</h2>\n<table><tr><th>model</th><th>property</th><th>kind</th><th>expected</th><th>verdict</th><th>match</th><th>states</th><th>seconds</th></tr>\n");
     for r in runs {

@@ -1,0 +1,365 @@
+//! TTL-only, but each client checks on its own clock that its lease is still valid right before
+//! it writes.
+//!
+//! The check does not close the gap: a pause between the check and the write (the write message
+//! delayed) still lets a stale write in, so `storage_in_lease_order` is violated at the storage that
+//! accepts every write. With `drift`, the client's clock runs slower than the lock service's by up
+//! to `drift` ticks, so it believes its lease valid for longer than the service does: two clients
+//! believe at once (`single_believer` violated) even without a pause. The same writes also reach a
+//! second, fenced storage (the core `Fence`), where `fenced_storage_in_lease_order` holds.
+//!
+//! Time is one global logical clock, the lock service's; a step `tick` advances it. The lease
+//! table is the protocol core's `LeaseTable`.
+
+use super::{CatalogModel, Expected, Mutant, Narrate, Params, PropertySpec, Step, Symmetric};
+use crate::protocol::{Acquire, Fence, LeaseTable, Token};
+use stateright::{Expectation, Model, Property};
+
+/// A lease lasts this many ticks.
+pub const TTL: u64 = 2;
+
+/// The model.
+#[derive(Clone, Debug)]
+pub struct CheckBeforeWriteModel {
+    /// Clients, each making one write.
+    pub clients: usize,
+    /// How many ticks longer a client believes its lease lasts than the lock service does.
+    pub drift: u64,
+}
+
+/// A client.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Client {
+    /// Wants the lease.
+    Idle,
+    /// Holds a lease; on its own clock the lease is valid while `now < valid_until`.
+    Holding {
+        /// The fencing token.
+        token: Token,
+        /// Ghost: the grant.
+        epoch: u8,
+        /// The deadline on the client's own (slower) clock, in the service's time.
+        valid_until: u64,
+    },
+    /// Has sent its write (or found its lease expired at the check and given up).
+    Done,
+}
+
+/// A write in flight: (token, epoch, client).
+pub type Write = (Token, u8, u8);
+
+/// The state.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct CbwState {
+    /// The lock service's clock.
+    pub now: u64,
+    /// The lock service's table.
+    pub table: LeaseTable<u8>,
+    /// Each client.
+    pub clients: Vec<Client>,
+    /// Writes sent and not yet delivered, sorted.
+    pub in_flight: Vec<Write>,
+    /// The fenced storage.
+    pub fence: Fence,
+    /// Ghost: grants so far.
+    pub grants: u8,
+    /// Ghost: the newest epoch stored at the accept-all storage, and whether an older one was
+    /// stored after it.
+    pub plain_newest: u8,
+    /// Ghost: see `plain_newest`.
+    pub plain_stale: bool,
+    /// Ghost: the same at the fenced storage.
+    pub fenced_newest: u8,
+    /// Ghost: see `fenced_newest`.
+    pub fenced_stale: bool,
+}
+
+/// What happens next.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum CbwAction {
+    /// A client asks for the lease.
+    Acquire(u8),
+    /// A client checks its lease on its own clock and, if valid, sends its write.
+    CheckAndWrite(u8),
+    /// The write with this token, epoch and sender reaches both storages.
+    Deliver(Write),
+    /// Time passes.
+    Tick,
+}
+
+impl CheckBeforeWriteModel {
+    fn max_time(&self) -> u64 {
+        (self.clients as u64 + 1) * TTL + self.drift
+    }
+}
+
+fn believes(c: &Client, now: u64) -> bool {
+    matches!(c, Client::Holding { valid_until, .. } if now < *valid_until)
+}
+
+impl Model for CheckBeforeWriteModel {
+    type State = CbwState;
+    type Action = CbwAction;
+
+    fn init_states(&self) -> Vec<CbwState> {
+        vec![CbwState {
+            now: 0,
+            table: LeaseTable::new(),
+            clients: vec![Client::Idle; self.clients],
+            in_flight: Vec::new(),
+            fence: Fence::fenced(),
+            grants: 0,
+            plain_newest: 0,
+            plain_stale: false,
+            fenced_newest: 0,
+            fenced_stale: false,
+        }]
+    }
+
+    fn actions(&self, s: &CbwState, actions: &mut Vec<CbwAction>) {
+        for (i, c) in s.clients.iter().enumerate() {
+            match c {
+                Client::Idle => actions.push(CbwAction::Acquire(i as u8)),
+                Client::Holding { .. } => actions.push(CbwAction::CheckAndWrite(i as u8)),
+                Client::Done => {}
+            }
+        }
+        let mut last = None;
+        for w in &s.in_flight {
+            if last != Some(w) {
+                actions.push(CbwAction::Deliver(*w));
+            }
+            last = Some(w);
+        }
+        // Time moves only while something still waits on it.
+        let waiting = s.clients.iter().any(|c| *c != Client::Done);
+        if waiting && s.now < self.max_time() {
+            actions.push(CbwAction::Tick);
+        }
+    }
+
+    fn next_state(&self, s: &CbwState, action: CbwAction) -> Option<CbwState> {
+        let mut next = s.clone();
+        match action {
+            CbwAction::Acquire(i) => {
+                let Acquire::Granted(lease) = next.table.acquire(i, s.now, TTL).ok()? else {
+                    return None;
+                };
+                next.grants += 1;
+                next.clients[i as usize] = Client::Holding {
+                    token: lease.token,
+                    epoch: next.grants,
+                    valid_until: lease.expires_at + self.drift,
+                };
+            }
+            CbwAction::CheckAndWrite(i) => {
+                let Client::Holding { token, epoch, .. } = s.clients[i as usize] else {
+                    return None;
+                };
+                if believes(&s.clients[i as usize], s.now) {
+                    next.in_flight.push((token, epoch, i));
+                    next.in_flight.sort();
+                }
+                next.clients[i as usize] = Client::Done;
+            }
+            CbwAction::Deliver(w) => {
+                let at = next.in_flight.iter().position(|x| *x == w)?;
+                next.in_flight.remove(at);
+                let (token, epoch, _) = w;
+                next.plain_stale |= epoch < s.plain_newest;
+                next.plain_newest = next.plain_newest.max(epoch);
+                if next.fence.admit(token).is_ok() {
+                    next.fenced_stale |= epoch < s.fenced_newest;
+                    next.fenced_newest = next.fenced_newest.max(epoch);
+                }
+            }
+            CbwAction::Tick => next.now += 1,
+        }
+        Some(next)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        vec![
+            Property::always("storage_in_lease_order", |_, s: &CbwState| !s.plain_stale),
+            Property::always("fenced_storage_in_lease_order", |_, s: &CbwState| {
+                !s.fenced_stale
+            }),
+            Property::always("single_believer", |_, s: &CbwState| {
+                s.clients.iter().filter(|c| believes(c, s.now)).count() <= 1
+            }),
+            Property::sometimes("write_accepted", |_, s: &CbwState| s.plain_newest > 0),
+            Property::sometimes("lease_regranted", |_, s: &CbwState| s.grants >= 2),
+        ]
+    }
+}
+
+impl Narrate for CheckBeforeWriteModel {
+    fn narrate(&self, before: &CbwState, action: &CbwAction, after: &CbwState) -> Step {
+        let who = |i: &u8| format!("client-{i}");
+        match action {
+            CbwAction::Acquire(i) => {
+                let text = match after.clients[*i as usize] {
+                    Client::Holding { token, valid_until, .. } => format!(
+                        "{} acquires the lease (token {token}) at t={}; by its own clock it is valid until t={valid_until}",
+                        who(i),
+                        after.now
+                    ),
+                    _ => format!("{} asks for the lease", who(i)),
+                };
+                Step {
+                    from: who(i),
+                    to: "lock-service".into(),
+                    text,
+                }
+            }
+            CbwAction::CheckAndWrite(i) => {
+                let sent = after.in_flight.len() > before.in_flight.len();
+                let text = match before.clients[*i as usize] {
+                    Client::Holding { token, .. } if sent => format!(
+                        "{} checks its lease at t={}: valid; sends its write with token {token}",
+                        who(i),
+                        before.now
+                    ),
+                    _ => format!(
+                        "{} checks its lease at t={}: expired; does not write",
+                        who(i),
+                        before.now
+                    ),
+                };
+                Step {
+                    from: who(i),
+                    to: "storage".into(),
+                    text,
+                }
+            }
+            CbwAction::Deliver((token, _, sender)) => {
+                let fenced = if after.fence.highest() == before.fence.highest()
+                    && before.fence.highest().is_some_and(|h| *token < h)
+                {
+                    "rejected by the fenced storage"
+                } else {
+                    "accepted by the fenced storage"
+                };
+                Step {
+                    from: who(sender),
+                    to: "storage".into(),
+                    text: format!(
+                        "{}'s write with token {token} arrives: accepted by the plain storage, {fenced}",
+                        who(sender)
+                    ),
+                }
+            }
+            CbwAction::Tick => Step {
+                from: "lock-service".into(),
+                to: "lock-service".into(),
+                text: format!("time passes (t={} -> t={})", before.now, after.now),
+            },
+        }
+    }
+}
+
+impl Symmetric for CheckBeforeWriteModel {
+    const REDUCES: bool = false;
+
+    fn representative(state: &CbwState) -> CbwState {
+        state.clone()
+    }
+}
+
+const fn specs(drift: bool) -> [PropertySpec; 5] {
+    [
+        PropertySpec {
+            name: "storage_in_lease_order",
+            kind: Expectation::Always,
+            meaning:
+                "the accept-all storage never stores an older lease's write after a newer one's",
+            expected: Expected::Violated,
+        },
+        PropertySpec {
+            name: "fenced_storage_in_lease_order",
+            kind: Expectation::Always,
+            meaning: "the fenced storage never stores an older lease's write after a newer one's",
+            expected: Expected::Holds,
+        },
+        PropertySpec {
+            name: "single_believer",
+            kind: Expectation::Always,
+            meaning: "at most one client believes, by its own clock, that it holds the lease",
+            expected: if drift {
+                Expected::Violated
+            } else {
+                Expected::Holds
+            },
+        },
+        PropertySpec {
+            name: "write_accepted",
+            kind: Expectation::Sometimes,
+            meaning: "some write is stored",
+            expected: Expected::Holds,
+        },
+        PropertySpec {
+            name: "lease_regranted",
+            kind: Expectation::Sometimes,
+            meaning: "the lease is granted a second time",
+            expected: Expected::Holds,
+        },
+    ]
+}
+
+const NO_DRIFT: [PropertySpec; 5] = specs(false);
+const DRIFT: [PropertySpec; 5] = specs(true);
+
+fn defaults() -> Params {
+    Params {
+        clients: 3,
+        writes: 1,
+        retries: 0,
+        mutant: None,
+    }
+}
+
+/// The catalog entry without drift.
+pub struct CheckBeforeWrite;
+
+impl CatalogModel for CheckBeforeWrite {
+    type Model = CheckBeforeWriteModel;
+    const NAME: &'static str = "check-before-write";
+    const SUMMARY: &'static str =
+        "TTL-only, the client checks its lease on its own clock right before writing";
+    const PROPERTIES: &'static [PropertySpec] = &NO_DRIFT;
+    const MUTANTS: &'static [Mutant] = &[];
+
+    fn defaults() -> Params {
+        defaults()
+    }
+
+    fn build(p: &Params) -> CheckBeforeWriteModel {
+        CheckBeforeWriteModel {
+            clients: p.clients,
+            drift: 0,
+        }
+    }
+}
+
+/// The catalog entry with a client clock one tick slow.
+pub struct ClockDrift;
+
+impl CatalogModel for ClockDrift {
+    type Model = CheckBeforeWriteModel;
+    const NAME: &'static str = "clock-drift";
+    const SUMMARY: &'static str =
+        "check-before-write with client clocks up to one tick slower than the lock service's";
+    const PROPERTIES: &'static [PropertySpec] = &DRIFT;
+    const MUTANTS: &'static [Mutant] = &[];
+
+    fn defaults() -> Params {
+        defaults()
+    }
+
+    fn build(p: &Params) -> CheckBeforeWriteModel {
+        CheckBeforeWriteModel {
+            clients: p.clients,
+            drift: 1,
+        }
+    }
+}

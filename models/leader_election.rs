@@ -1,0 +1,394 @@
+//! Leader election on a consensus store: candidates campaign on a linearizable compare-and-set
+//! register (the core `TermRegister`) holding (term, leader, lease deadline).
+//!
+//! A candidate reads the register, then campaigns with the term it read; a campaign wins only if
+//! no one campaigned in between and no leader's lease is live, and takes a strictly larger term.
+//! The leader writes to storage with its term as the fencing token. Leases expire; a deposed
+//! leader may still believe it leads, so `single_believer` is violated, but `one_leader_per_term`
+//! holds, and with fencing the storage stays in term order. Without fencing a deposed leader's
+//! late write lands after its successor's.
+
+use super::{CatalogModel, Expected, Mutant, Narrate, Params, PropertySpec, Step, Symmetric};
+use crate::protocol::{Campaign, Fence, FencePolicy, TermRegister, Token};
+use stateright::{Expectation, Model, Property};
+
+const TTL: u64 = 1;
+
+/// The model.
+#[derive(Clone, Debug)]
+pub struct ElectionModel {
+    /// Candidates.
+    pub candidates: usize,
+    /// Campaigns each candidate makes at most.
+    pub campaigns: u8,
+    /// The storage's policy.
+    pub policy: FencePolicy,
+    /// Negative control: the candidate computes its term from what it read instead of letting
+    /// the register's compare-and-set decide.
+    pub blind_write: bool,
+}
+
+/// A candidate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Candidate {
+    /// Will read the register; `left` campaigns remain.
+    Follower {
+        /// Campaigns left.
+        left: u8,
+    },
+    /// Has read `observed` and will campaign.
+    Observed {
+        /// The term it read.
+        observed: Option<Token>,
+        /// Campaigns left, counting this one.
+        left: u8,
+    },
+    /// Believes it leads `term`; its write is in flight.
+    Leader {
+        /// Its term.
+        term: Token,
+    },
+    /// Out of campaigns, or its leadership is over.
+    Done,
+}
+
+/// A write in flight: (term, ghost epoch, candidate).
+pub type Write = (Token, u8, u8);
+
+/// The state.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ElectionState {
+    /// The register (time rebased to 0 at every expiry).
+    pub register: TermRegister<u8>,
+    /// Each candidate.
+    pub candidates: Vec<Candidate>,
+    /// Writes in flight, sorted.
+    pub in_flight: Vec<Write>,
+    /// The storage's fence.
+    pub fence: Fence,
+    /// Ghost: terms won so far, in order, with the winner.
+    pub wins: Vec<(Token, u8)>,
+    /// Ghost: the newest epoch stored, and whether an older one was stored after it.
+    pub newest_stored: u8,
+    /// Ghost: see `newest_stored`.
+    pub stale_stored: bool,
+}
+
+/// What happens next.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum ElectionAction {
+    /// A candidate reads the register.
+    Read(u8),
+    /// A candidate campaigns with the term it read.
+    Campaign(u8),
+    /// The leader's lease expires.
+    Expire,
+    /// A leader's write reaches the storage.
+    Deliver(Write),
+}
+
+impl Model for ElectionModel {
+    type State = ElectionState;
+    type Action = ElectionAction;
+
+    fn init_states(&self) -> Vec<ElectionState> {
+        vec![ElectionState {
+            register: TermRegister::new(),
+            candidates: vec![
+                Candidate::Follower {
+                    left: self.campaigns
+                };
+                self.candidates
+            ],
+            in_flight: Vec::new(),
+            fence: Fence::new(self.policy),
+            wins: Vec::new(),
+            newest_stored: 0,
+            stale_stored: false,
+        }]
+    }
+
+    fn actions(&self, s: &ElectionState, actions: &mut Vec<ElectionAction>) {
+        for (i, c) in s.candidates.iter().enumerate() {
+            match c {
+                Candidate::Follower { .. } => actions.push(ElectionAction::Read(i as u8)),
+                Candidate::Observed { .. } => actions.push(ElectionAction::Campaign(i as u8)),
+                _ => {}
+            }
+        }
+        if s.register.leader(0).is_some() {
+            actions.push(ElectionAction::Expire);
+        }
+        let mut last = None;
+        for w in &s.in_flight {
+            if last != Some(w) {
+                actions.push(ElectionAction::Deliver(*w));
+            }
+            last = Some(w);
+        }
+    }
+
+    fn next_state(&self, s: &ElectionState, action: ElectionAction) -> Option<ElectionState> {
+        let mut next = s.clone();
+        match action {
+            ElectionAction::Read(i) => {
+                let Candidate::Follower { left } = s.candidates[i as usize] else {
+                    return None;
+                };
+                next.candidates[i as usize] = Candidate::Observed {
+                    observed: s.register.term(),
+                    left,
+                };
+            }
+            ElectionAction::Campaign(i) => {
+                let Candidate::Observed { observed, left } = s.candidates[i as usize] else {
+                    return None;
+                };
+                // The mutant skips the compare: it campaigns as if its read were current.
+                let seen = if self.blind_write {
+                    s.register.term()
+                } else {
+                    observed
+                };
+                let outcome = next.register.campaign(i, seen, 0, TTL).ok()?;
+                next.candidates[i as usize] = match outcome {
+                    Campaign::Won { term, .. } => {
+                        // The mutant's leader takes the term after the one it read.
+                        let term = if self.blind_write {
+                            Token::new(observed.map_or(0, Token::get) + 1)
+                        } else {
+                            term
+                        };
+                        next.wins.push((term, i));
+                        let epoch = next.wins.len() as u8;
+                        next.in_flight.push((term, epoch, i));
+                        next.in_flight.sort();
+                        Candidate::Leader { term }
+                    }
+                    Campaign::Stale { .. } | Campaign::Busy { .. } if left > 1 => {
+                        Candidate::Follower { left: left - 1 }
+                    }
+                    _ => Candidate::Done,
+                };
+            }
+            ElectionAction::Expire => {
+                let (_, deadline) = s.register.leader(0)?;
+                next.register.rebase(deadline);
+            }
+            ElectionAction::Deliver(w) => {
+                let at = next.in_flight.iter().position(|x| *x == w)?;
+                next.in_flight.remove(at);
+                let (term, epoch, leader) = w;
+                if next.fence.admit(term).is_ok() {
+                    next.stale_stored |= epoch < s.newest_stored;
+                    next.newest_stored = next.newest_stored.max(epoch);
+                }
+                // Its one write made, the leader steps down.
+                next.candidates[leader as usize] = Candidate::Done;
+            }
+        }
+        Some(next)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        vec![
+            Property::always("one_leader_per_term", |_, s: &ElectionState| {
+                let mut terms: Vec<Token> = s.wins.iter().map(|(t, _)| *t).collect();
+                let n = terms.len();
+                terms.sort();
+                terms.dedup();
+                terms.len() == n
+            }),
+            Property::always("storage_in_lease_order", |_, s: &ElectionState| {
+                !s.stale_stored
+            }),
+            Property::always("single_believer", |_, s: &ElectionState| {
+                s.candidates
+                    .iter()
+                    .filter(|c| matches!(c, Candidate::Leader { .. }))
+                    .count()
+                    <= 1
+            }),
+            Property::sometimes("leader_elected", |_, s: &ElectionState| !s.wins.is_empty()),
+            Property::sometimes("leadership_changes", |_, s: &ElectionState| {
+                s.wins.len() >= 2
+            }),
+            Property::eventually("a_leader_is_elected", |_, s: &ElectionState| {
+                !s.wins.is_empty()
+            }),
+        ]
+    }
+}
+
+impl Narrate for ElectionModel {
+    fn narrate(
+        &self,
+        before: &ElectionState,
+        action: &ElectionAction,
+        after: &ElectionState,
+    ) -> Step {
+        let who = |i: &u8| format!("candidate-{i}");
+        let term = |t: Option<Token>| t.map_or("none".to_string(), |t| t.to_string());
+        match action {
+            ElectionAction::Read(i) => Step {
+                from: who(i),
+                to: "register".into(),
+                text: format!(
+                    "{} reads the register: term {}",
+                    who(i),
+                    term(before.register.term())
+                ),
+            },
+            ElectionAction::Campaign(i) => {
+                let text = match after.candidates[*i as usize] {
+                    Candidate::Leader { term } => format!(
+                        "{} campaigns and wins term {term}; sends a write with token {term}",
+                        who(i)
+                    ),
+                    _ => format!("{} campaigns and loses", who(i)),
+                };
+                Step {
+                    from: who(i),
+                    to: "register".into(),
+                    text,
+                }
+            }
+            ElectionAction::Expire => {
+                let leader = before.register.leader(0).map_or(0, |(l, _)| *l);
+                Step {
+                    from: "register".into(),
+                    to: "register".into(),
+                    text: format!("the leadership lease of {} expires", who(&leader)),
+                }
+            }
+            ElectionAction::Deliver((t, _, leader)) => {
+                let stored = after.fence.highest() != before.fence.highest()
+                    || before.fence.highest() == Some(*t)
+                    || after.fence.policy() == FencePolicy::AcceptAll;
+                Step {
+                    from: who(leader),
+                    to: "storage".into(),
+                    text: format!(
+                        "{}'s write with token {t} reaches the storage: {}",
+                        who(leader),
+                        if stored { "accepted" } else { "rejected" }
+                    ),
+                }
+            }
+        }
+    }
+}
+
+impl Symmetric for ElectionModel {
+    const REDUCES: bool = false;
+
+    fn representative(state: &ElectionState) -> ElectionState {
+        state.clone()
+    }
+}
+
+const fn specs(fenced: bool) -> [PropertySpec; 6] {
+    [
+        PropertySpec {
+            name: "one_leader_per_term",
+            kind: Expectation::Always,
+            meaning: "no two candidates win the same term",
+            expected: Expected::Holds,
+        },
+        PropertySpec {
+            name: "storage_in_lease_order",
+            kind: Expectation::Always,
+            meaning: "storage never accepts an older term's write after a newer term's",
+            expected: if fenced {
+                Expected::Holds
+            } else {
+                Expected::Violated
+            },
+        },
+        PropertySpec {
+            name: "single_believer",
+            kind: Expectation::Always,
+            meaning: "at most one candidate believes it leads (a deposed leader may not know)",
+            expected: Expected::Violated,
+        },
+        PropertySpec {
+            name: "leader_elected",
+            kind: Expectation::Sometimes,
+            meaning: "some candidate wins",
+            expected: Expected::Holds,
+        },
+        PropertySpec {
+            name: "leadership_changes",
+            kind: Expectation::Sometimes,
+            meaning: "a second term is won",
+            expected: Expected::Holds,
+        },
+        PropertySpec {
+            name: "a_leader_is_elected",
+            kind: Expectation::Eventually,
+            meaning: "every complete history elects a leader",
+            expected: Expected::Holds,
+        },
+    ]
+}
+
+const FENCED: [PropertySpec; 6] = specs(true);
+const UNFENCED: [PropertySpec; 6] = specs(false);
+
+fn defaults() -> Params {
+    Params {
+        clients: 3,
+        writes: 1,
+        retries: 1,
+        mutant: None,
+    }
+}
+
+/// The catalog entry: terms as fencing tokens.
+pub struct LeaderElection;
+
+impl CatalogModel for LeaderElection {
+    type Model = ElectionModel;
+    const NAME: &'static str = "leader-election";
+    const SUMMARY: &'static str =
+        "candidates campaign on a compare-and-set register; the term is the fencing token";
+    const PROPERTIES: &'static [PropertySpec] = &FENCED;
+    const MUTANTS: &'static [Mutant] = &[Mutant::BlindCampaign];
+
+    fn defaults() -> Params {
+        defaults()
+    }
+
+    fn build(p: &Params) -> ElectionModel {
+        ElectionModel {
+            candidates: p.clients,
+            campaigns: p.retries + 1,
+            policy: FencePolicy::Fenced,
+            blind_write: p.mutant == Some(Mutant::BlindCampaign),
+        }
+    }
+}
+
+/// The catalog entry: the same election, storage without fencing.
+pub struct LeaderElectionUnfenced;
+
+impl CatalogModel for LeaderElectionUnfenced {
+    type Model = ElectionModel;
+    const NAME: &'static str = "leader-election-unfenced";
+    const SUMMARY: &'static str = "the same election; the storage ignores the term";
+    const PROPERTIES: &'static [PropertySpec] = &UNFENCED;
+    const MUTANTS: &'static [Mutant] = &[];
+
+    fn defaults() -> Params {
+        defaults()
+    }
+
+    fn build(p: &Params) -> ElectionModel {
+        ElectionModel {
+            candidates: p.clients,
+            campaigns: p.retries + 1,
+            policy: FencePolicy::AcceptAll,
+            blind_write: false,
+        }
+    }
+}

@@ -1,0 +1,424 @@
+//! Redlock: M independent lock nodes (default 3), each running the core `LeaseTable`; a client
+//! holds the lock when it holds grants from a majority that are still valid by its own clock.
+//!
+//! Without faults, majorities intersect and `single_majority_holder` holds. A node that restarts
+//! without persistence forgets its keys, and a node whose clock jumps forward expires its leases
+//! early: either lets a second client assemble a majority while the first still holds one. The
+//! storage accepts every write, so a paused holder's late write breaks `storage_in_lease_order`.
+//! And the per-node counters do not make a fencing token: taking the largest counter among a
+//! majority's grants repeats a token (`tokens_increase` violated).
+
+use super::{CatalogModel, Expected, Mutant, Narrate, Params, PropertySpec, Step, Symmetric};
+use crate::protocol::{Acquire, LeaseTable, Token};
+use stateright::{Expectation, Model, Property};
+
+/// A lease lasts this many ticks.
+pub const TTL: u64 = 1;
+/// Lock nodes.
+pub const NODES: usize = 3;
+
+/// Which fault the model allows (once).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Fault {
+    /// None.
+    None,
+    /// One node restarts and forgets its keys and counter.
+    Restart,
+    /// One node's clock jumps forward by a ttl.
+    ClockJump,
+}
+
+/// The model.
+#[derive(Clone, Debug)]
+pub struct RedlockModel {
+    /// Clients.
+    pub clients: usize,
+    /// The fault allowed.
+    pub fault: Fault,
+}
+
+/// A client.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Client {
+    /// Asking nodes; per node: not asked (`None`), refused, or granted at a time with a token.
+    Acquiring {
+        /// Per node.
+        asked: [Option<Option<(Token, u64)>>; NODES],
+    },
+    /// Believes it holds the lock until `valid_until` (by its own clock), with `token` the
+    /// largest per-node counter among its grants.
+    Holding {
+        /// The would-be fencing token.
+        token: Token,
+        /// Ghost: the order in which clients came to hold the lock.
+        epoch: u8,
+        /// The earliest expiry among its majority's grants, by its clock.
+        valid_until: u64,
+    },
+    /// Gave up (no majority) or is finished.
+    Done,
+}
+
+/// The state.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct RedlockState {
+    /// Global time.
+    pub now: u64,
+    /// Each node's table and how far its clock runs ahead of global time.
+    pub nodes: [(LeaseTable<u8>, u64); NODES],
+    /// Whether the fault has happened.
+    pub faulted: bool,
+    /// Each client.
+    pub clients: Vec<Client>,
+    /// Writes in flight: (epoch, client), sorted.
+    pub in_flight: Vec<(u8, u8)>,
+    /// Ghost: holders so far, the last token, whether a token failed to increase.
+    pub holders: u8,
+    /// Ghost: see `holders`.
+    pub last_token: Option<Token>,
+    /// Ghost: see `holders`.
+    pub token_not_increasing: bool,
+    /// Ghost: newest epoch stored and whether an older one was stored after it.
+    pub newest_stored: u8,
+    /// Ghost: see `newest_stored`.
+    pub stale_stored: bool,
+}
+
+/// What happens next.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum RedlockAction {
+    /// A client asks a node for the lock.
+    Ask(u8, u8),
+    /// A client counts its valid grants: with a majority it holds the lock and writes.
+    Decide(u8),
+    /// Time passes.
+    Tick,
+    /// The fault strikes a node.
+    Fault(u8),
+    /// A holder's write reaches the storage (which accepts every write).
+    Deliver((u8, u8)),
+}
+
+fn majority() -> usize {
+    NODES / 2 + 1
+}
+
+fn believes(c: &Client, now: u64) -> bool {
+    matches!(c, Client::Holding { valid_until, .. } if now < *valid_until)
+}
+
+impl RedlockModel {
+    fn max_time(&self) -> u64 {
+        (self.clients as u64 + 1) * TTL
+    }
+}
+
+impl Model for RedlockModel {
+    type State = RedlockState;
+    type Action = RedlockAction;
+
+    fn init_states(&self) -> Vec<RedlockState> {
+        vec![RedlockState {
+            now: 0,
+            nodes: std::array::from_fn(|_| (LeaseTable::new(), 0)),
+            faulted: false,
+            clients: vec![
+                Client::Acquiring {
+                    asked: [None; NODES]
+                };
+                self.clients
+            ],
+            in_flight: Vec::new(),
+            holders: 0,
+            last_token: None,
+            token_not_increasing: false,
+            newest_stored: 0,
+            stale_stored: false,
+        }]
+    }
+
+    fn actions(&self, s: &RedlockState, actions: &mut Vec<RedlockAction>) {
+        for (i, c) in s.clients.iter().enumerate() {
+            if let Client::Acquiring { asked } = c {
+                for (n, a) in asked.iter().enumerate() {
+                    if a.is_none() {
+                        actions.push(RedlockAction::Ask(i as u8, n as u8));
+                    }
+                }
+                // Like Redlock, a client asks every node before counting its grants.
+                if asked.iter().all(Option::is_some) {
+                    actions.push(RedlockAction::Decide(i as u8));
+                }
+            }
+        }
+        if self.fault != Fault::None && !s.faulted {
+            for n in 0..NODES {
+                actions.push(RedlockAction::Fault(n as u8));
+            }
+        }
+        let mut last = None;
+        for w in &s.in_flight {
+            if last != Some(w) {
+                actions.push(RedlockAction::Deliver(*w));
+            }
+            last = Some(w);
+        }
+        let waiting = s.clients.iter().any(|c| *c != Client::Done);
+        if waiting && s.now < self.max_time() {
+            actions.push(RedlockAction::Tick);
+        }
+    }
+
+    fn next_state(&self, s: &RedlockState, action: RedlockAction) -> Option<RedlockState> {
+        let mut next = s.clone();
+        match action {
+            RedlockAction::Ask(i, n) => {
+                let (table, offset) = &mut next.nodes[n as usize];
+                let answer = match table.acquire(i, s.now + *offset, TTL).ok()? {
+                    Acquire::Granted(lease) => Some((lease.token, s.now)),
+                    Acquire::Busy { .. } => None,
+                };
+                let Client::Acquiring { asked } = &mut next.clients[i as usize] else {
+                    return None;
+                };
+                asked[n as usize] = Some(answer);
+            }
+            RedlockAction::Decide(i) => {
+                let Client::Acquiring { asked } = &s.clients[i as usize] else {
+                    return None;
+                };
+                let valid: Vec<(Token, u64)> = asked
+                    .iter()
+                    .flatten()
+                    .flatten()
+                    .filter(|(_, at)| s.now < at + TTL)
+                    .copied()
+                    .collect();
+                next.clients[i as usize] = if valid.len() >= majority() {
+                    let token = valid.iter().map(|(t, _)| *t).max()?;
+                    let valid_until = valid.iter().map(|(_, at)| at + TTL).min()?;
+                    next.holders += 1;
+                    if s.last_token.is_some_and(|last| token <= last) {
+                        next.token_not_increasing = true;
+                    }
+                    next.last_token = Some(token);
+                    next.in_flight.push((next.holders, i));
+                    next.in_flight.sort();
+                    Client::Holding {
+                        token,
+                        epoch: next.holders,
+                        valid_until,
+                    }
+                } else {
+                    Client::Done
+                };
+            }
+            RedlockAction::Tick => next.now += 1,
+            RedlockAction::Fault(n) => {
+                next.faulted = true;
+                let (table, offset) = &mut next.nodes[n as usize];
+                match self.fault {
+                    Fault::Restart => *table = LeaseTable::new(),
+                    Fault::ClockJump => *offset += TTL,
+                    Fault::None => return None,
+                }
+            }
+            RedlockAction::Deliver(w) => {
+                let at = next.in_flight.iter().position(|x| *x == w)?;
+                next.in_flight.remove(at);
+                let (epoch, _) = w;
+                next.stale_stored |= epoch < s.newest_stored;
+                next.newest_stored = next.newest_stored.max(epoch);
+            }
+        }
+        Some(next)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        vec![
+            Property::always("single_majority_holder", |_, s: &RedlockState| {
+                s.clients.iter().filter(|c| believes(c, s.now)).count() <= 1
+            }),
+            Property::always("storage_in_lease_order", |_, s: &RedlockState| {
+                !s.stale_stored
+            }),
+            Property::always("tokens_increase", |_, s: &RedlockState| {
+                !s.token_not_increasing
+            }),
+            Property::sometimes("majority_held", |_, s: &RedlockState| s.holders >= 1),
+            Property::sometimes("lock_changes_hands", |_, s: &RedlockState| s.holders >= 2),
+        ]
+    }
+}
+
+impl Narrate for RedlockModel {
+    fn narrate(&self, before: &RedlockState, action: &RedlockAction, after: &RedlockState) -> Step {
+        let who = |i: &u8| format!("client-{i}");
+        let node = |n: &u8| format!("node-{n}");
+        match action {
+            RedlockAction::Ask(i, n) => {
+                let answer = match &after.clients[*i as usize] {
+                    Client::Acquiring { asked } => match asked[*n as usize] {
+                        Some(Some((token, _))) => format!("granted (counter {token})"),
+                        _ => "refused".to_string(),
+                    },
+                    _ => String::new(),
+                };
+                Step {
+                    from: who(i),
+                    to: node(n),
+                    text: format!("{} asks {} at t={}: {answer}", who(i), node(n), before.now),
+                }
+            }
+            RedlockAction::Decide(i) => {
+                let text = match &after.clients[*i as usize] {
+                    Client::Holding { token, valid_until, .. } => format!(
+                        "{} has a majority: holds the lock until t={valid_until} with token {token} (largest counter); sends a write",
+                        who(i)
+                    ),
+                    _ => format!("{} has no majority and gives up", who(i)),
+                };
+                Step {
+                    from: who(i),
+                    to: who(i),
+                    text,
+                }
+            }
+            RedlockAction::Tick => Step {
+                from: "clock".into(),
+                to: "clock".into(),
+                text: format!("time passes (t={} -> t={})", before.now, after.now),
+            },
+            RedlockAction::Fault(n) => Step {
+                from: node(n),
+                to: node(n),
+                text: match self.fault {
+                    Fault::Restart => format!(
+                        "{} restarts without persistence and forgets its keys",
+                        node(n)
+                    ),
+                    _ => format!(
+                        "{}'s clock jumps forward by {TTL}: its leases expire early",
+                        node(n)
+                    ),
+                },
+            },
+            RedlockAction::Deliver((epoch, i)) => Step {
+                from: who(i),
+                to: "storage".into(),
+                text: format!(
+                    "{}'s write (holder #{epoch}) reaches the storage: accepted",
+                    who(i)
+                ),
+            },
+        }
+    }
+}
+
+impl Symmetric for RedlockModel {
+    const REDUCES: bool = false;
+
+    fn representative(state: &RedlockState) -> RedlockState {
+        state.clone()
+    }
+}
+
+const fn specs(fault: bool) -> [PropertySpec; 5] {
+    [
+        PropertySpec {
+            name: "single_majority_holder",
+            kind: Expectation::Always,
+            meaning: "at most one client holds valid grants from a majority",
+            expected: if fault {
+                Expected::Violated
+            } else {
+                Expected::Holds
+            },
+        },
+        PropertySpec {
+            name: "storage_in_lease_order",
+            kind: Expectation::Always,
+            meaning:
+                "storage (no fencing) never stores an older holder's write after a newer one's",
+            expected: Expected::Violated,
+        },
+        PropertySpec {
+            name: "tokens_increase",
+            kind: Expectation::Always,
+            meaning: "the largest per-node counter of each new holder is larger than the last",
+            expected: Expected::Violated,
+        },
+        PropertySpec {
+            name: "majority_held",
+            kind: Expectation::Sometimes,
+            meaning: "some client holds the lock",
+            expected: Expected::Holds,
+        },
+        PropertySpec {
+            name: "lock_changes_hands",
+            kind: Expectation::Sometimes,
+            meaning: "a second client holds the lock",
+            expected: Expected::Holds,
+        },
+    ]
+}
+
+const NO_FAULT: [PropertySpec; 5] = specs(false);
+const FAULT: [PropertySpec; 5] = specs(true);
+
+fn defaults() -> Params {
+    Params {
+        clients: 2,
+        writes: 1,
+        retries: 0,
+        mutant: None,
+    }
+}
+
+macro_rules! redlock_entry {
+    ($ty:ident, $name:literal, $summary:literal, $fault:expr, $specs:expr) => {
+        /// A catalog entry.
+        pub struct $ty;
+
+        impl CatalogModel for $ty {
+            type Model = RedlockModel;
+            const NAME: &'static str = $name;
+            const SUMMARY: &'static str = $summary;
+            const PROPERTIES: &'static [PropertySpec] = &$specs;
+            const MUTANTS: &'static [Mutant] = &[];
+
+            fn defaults() -> Params {
+                defaults()
+            }
+
+            fn build(p: &Params) -> RedlockModel {
+                RedlockModel {
+                    clients: p.clients,
+                    fault: $fault,
+                }
+            }
+        }
+    };
+}
+
+redlock_entry!(
+    Redlock,
+    "redlock",
+    "majority of 3 independent lock nodes, no faults; largest per-node counter as token",
+    Fault::None,
+    NO_FAULT
+);
+redlock_entry!(
+    RedlockRestart,
+    "redlock-restart",
+    "redlock where one node restarts without persistence",
+    Fault::Restart,
+    FAULT
+);
+redlock_entry!(
+    RedlockClockJump,
+    "redlock-clock-jump",
+    "redlock where one node's clock jumps forward",
+    Fault::ClockJump,
+    FAULT
+);

@@ -1,0 +1,297 @@
+//! A lock service whose token counter is not durable.
+//!
+//! Each client runs its job once: it takes the lease (the core `LeaseTable`), writes to fenced
+//! storage (the core `Fence`) with the lease's token, and releases. The lock service may restart
+//! once; without persistence (a Redis `INCR` counter without AOF) the restart forgets the counter
+//! and tokens start again at 1. Tokens then go backwards (`tokens_increase` violated) and the
+//! fenced storage refuses every new holder until the counter passes the old high-water mark
+//! (`progress` violated); safety holds, because the fence compares tokens, not holders. The fixed
+//! variant keeps the counter across the restart (a durable counter, or one resumed above the
+//! storage's highest token): both properties hold.
+
+use super::{CatalogModel, Expected, Mutant, Narrate, Params, PropertySpec, Step, Symmetric};
+use crate::protocol::{Acquire, Fence, LeaseTable, Token};
+use stateright::{Expectation, Model, Property};
+
+/// The model.
+#[derive(Clone, Debug)]
+pub struct TokenResetModel {
+    /// Clients, each running the job once.
+    pub clients: usize,
+    /// Times a refused client runs again.
+    pub retries: u8,
+    /// Whether the counter survives the restart.
+    pub durable: bool,
+}
+
+/// A client's progress.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Client {
+    /// Has not run yet, or was refused with retries left.
+    Waiting {
+        /// Runs it may still make after a refusal.
+        retries: u8,
+    },
+    /// Its write was stored.
+    Stored,
+    /// Its write was refused and it has no retries left.
+    GaveUp,
+}
+
+/// The state.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ResetState {
+    /// The lock service's table.
+    pub table: LeaseTable<u8>,
+    /// Whether the lock service has restarted.
+    pub restarted: bool,
+    /// The storage's fence.
+    pub fence: Fence,
+    /// Each client.
+    pub clients: Vec<Client>,
+    /// Ghost: the last token granted.
+    pub last_grant: Option<Token>,
+    /// Ghost: a grant was not larger than an earlier one.
+    pub went_backwards: bool,
+    /// Ghost: grants so far (each grant's epoch is its position in this count).
+    pub grants: u8,
+    /// Ghost: the newest epoch whose write was stored.
+    pub newest_stored: u8,
+    /// Ghost: a write from an older epoch was stored after one from a newer epoch.
+    pub stale_stored: bool,
+}
+
+/// What happens next.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum ResetAction {
+    /// Client takes the lease, writes with its token, releases.
+    RunJob(u8),
+    /// The lock service restarts.
+    Restart,
+}
+
+impl Model for TokenResetModel {
+    type State = ResetState;
+    type Action = ResetAction;
+
+    fn init_states(&self) -> Vec<ResetState> {
+        vec![ResetState {
+            table: LeaseTable::new(),
+            restarted: false,
+            fence: Fence::fenced(),
+            clients: vec![
+                Client::Waiting {
+                    retries: self.retries
+                };
+                self.clients
+            ],
+            last_grant: None,
+            went_backwards: false,
+            grants: 0,
+            newest_stored: 0,
+            stale_stored: false,
+        }]
+    }
+
+    fn actions(&self, s: &ResetState, actions: &mut Vec<ResetAction>) {
+        for (i, c) in s.clients.iter().enumerate() {
+            if matches!(c, Client::Waiting { .. }) {
+                actions.push(ResetAction::RunJob(i as u8));
+            }
+        }
+        if !s.restarted {
+            actions.push(ResetAction::Restart);
+        }
+    }
+
+    fn next_state(&self, s: &ResetState, action: ResetAction) -> Option<ResetState> {
+        let mut next = s.clone();
+        match action {
+            ResetAction::RunJob(i) => {
+                let Acquire::Granted(lease) = next.table.acquire(i, 0, 1).ok()? else {
+                    return None;
+                };
+                if s.last_grant.is_some_and(|last| lease.token <= last) {
+                    next.went_backwards = true;
+                }
+                next.last_grant = Some(lease.token);
+                next.grants += 1;
+                let epoch = next.grants;
+                let Client::Waiting { retries } = s.clients[i as usize] else {
+                    return None;
+                };
+                next.clients[i as usize] = match next.fence.admit(lease.token) {
+                    Ok(()) => {
+                        next.stale_stored |= epoch < s.newest_stored;
+                        next.newest_stored = next.newest_stored.max(epoch);
+                        Client::Stored
+                    }
+                    Err(_) if retries > 0 => Client::Waiting {
+                        retries: retries - 1,
+                    },
+                    Err(_) => Client::GaveUp,
+                };
+                next.table.release(&i, lease.token).ok()?;
+            }
+            ResetAction::Restart => {
+                next.restarted = true;
+                next.table = match (self.durable, s.table.last_token()) {
+                    (true, Some(last)) => LeaseTable::resume_after(last),
+                    _ => LeaseTable::new(),
+                };
+            }
+        }
+        Some(next)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        vec![
+            Property::always("tokens_increase", |_, s: &ResetState| !s.went_backwards),
+            Property::always("storage_in_lease_order", |_, s: &ResetState| {
+                !s.stale_stored
+            }),
+            Property::eventually("progress", |_, s: &ResetState| {
+                s.clients.iter().all(|c| *c == Client::Stored)
+            }),
+            Property::sometimes("restart_after_writes", |_, s: &ResetState| {
+                s.restarted && s.clients.contains(&Client::Stored)
+            }),
+        ]
+    }
+}
+
+impl Narrate for TokenResetModel {
+    fn narrate(&self, before: &ResetState, action: &ResetAction, after: &ResetState) -> Step {
+        match action {
+            ResetAction::RunJob(i) => {
+                let who = format!("client-{i}");
+                let token = after.last_grant.map_or(0, |t| t.get());
+                let verdict = match after.clients[*i as usize] {
+                    Client::Stored => "stored".to_string(),
+                    _ => format!(
+                        "refused (already saw {})",
+                        before.fence.highest().map_or(0, |t| t.get())
+                    ),
+                };
+                Step {
+                    from: who.clone(),
+                    to: "storage".into(),
+                    text: format!(
+                        "{who} takes the lease (token {token}), writes: {verdict}, releases"
+                    ),
+                }
+            }
+            ResetAction::Restart => Step {
+                from: "lock-service".into(),
+                to: "lock-service".into(),
+                text: if self.durable {
+                    "the lock service restarts and resumes its token counter".into()
+                } else {
+                    "the lock service restarts and its token counter starts again at 1".into()
+                },
+            },
+        }
+    }
+}
+
+impl Symmetric for TokenResetModel {
+    const REDUCES: bool = false;
+
+    fn representative(state: &ResetState) -> ResetState {
+        state.clone()
+    }
+}
+
+const fn specs(durable: bool) -> [PropertySpec; 4] {
+    let broken = if durable {
+        Expected::Holds
+    } else {
+        Expected::Violated
+    };
+    [
+        PropertySpec {
+            name: "tokens_increase",
+            kind: Expectation::Always,
+            meaning: "every grant carries a token larger than every earlier grant's",
+            expected: broken,
+        },
+        PropertySpec {
+            name: "storage_in_lease_order",
+            kind: Expectation::Always,
+            meaning:
+                "storage never accepts a write from an older lease after one from a newer lease",
+            expected: Expected::Holds,
+        },
+        PropertySpec {
+            name: "progress",
+            kind: Expectation::Eventually,
+            meaning: "every client's write is eventually stored",
+            expected: broken,
+        },
+        PropertySpec {
+            name: "restart_after_writes",
+            kind: Expectation::Sometimes,
+            meaning: "the lock service restarts after some write was stored",
+            expected: Expected::Holds,
+        },
+    ]
+}
+
+const NON_DURABLE: [PropertySpec; 4] = specs(false);
+const DURABLE: [PropertySpec; 4] = specs(true);
+
+fn defaults() -> Params {
+    Params {
+        clients: 3,
+        writes: 1,
+        retries: 0,
+        mutant: None,
+    }
+}
+
+/// The catalog entry: a counter lost on restart.
+pub struct TokenReset;
+
+impl CatalogModel for TokenReset {
+    type Model = TokenResetModel;
+    const NAME: &'static str = "token-reset";
+    const SUMMARY: &'static str =
+        "the lock service restarts and its token counter starts again (no persistence)";
+    const PROPERTIES: &'static [PropertySpec] = &NON_DURABLE;
+    const MUTANTS: &'static [Mutant] = &[];
+
+    fn defaults() -> Params {
+        defaults()
+    }
+
+    fn build(p: &Params) -> TokenResetModel {
+        TokenResetModel {
+            clients: p.clients,
+            retries: p.retries,
+            durable: false,
+        }
+    }
+}
+
+/// The catalog entry: the fix, a counter that survives the restart.
+pub struct DurableToken;
+
+impl CatalogModel for DurableToken {
+    type Model = TokenResetModel;
+    const NAME: &'static str = "durable-token";
+    const SUMMARY: &'static str = "the same restart with a durable token counter: the fix";
+    const PROPERTIES: &'static [PropertySpec] = &DURABLE;
+    const MUTANTS: &'static [Mutant] = &[];
+
+    fn defaults() -> Params {
+        defaults()
+    }
+
+    fn build(p: &Params) -> TokenResetModel {
+        TokenResetModel {
+            clients: p.clients,
+            retries: p.retries,
+            durable: true,
+        }
+    }
+}

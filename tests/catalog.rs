@@ -1,0 +1,168 @@
+//! The protocols people run: check-before-write, clock drift, Redlock, leader election, a
+//! non-durable token counter, idempotent jobs. Pinned state counts at two sizes, the exact
+//! shortest counterexample of each expected violation, and the negative controls (a sibling
+//! variant or a mutant that flips the verdict).
+
+use fencecheck::check::{catalog, find_model, ModelRun, Options, Params, Verdict};
+use fencecheck::models::Mutant;
+
+fn run(model: &str, clients: Option<usize>, mutant: Option<Mutant>) -> ModelRun {
+    let entry = find_model(model).unwrap_or_else(|| panic!("{model} not in the catalog"));
+    let mut p: Params = (entry.defaults)();
+    if let Some(c) = clients {
+        p.clients = c;
+    }
+    p.mutant = mutant;
+    (entry.check)(&p, &Options::default(), &mut |_| {})
+}
+
+fn verdict(run: &ModelRun, property: &str) -> Verdict {
+    run.properties
+        .iter()
+        .find(|p| p.property == property)
+        .unwrap_or_else(|| panic!("{} has no {property}", run.model))
+        .verdict
+}
+
+#[test]
+fn pinned_state_counts_at_two_sizes() {
+    let pinned: &[(&str, usize, usize)] = &[
+        ("check-before-write", 2, 693),
+        ("check-before-write", 3, 11_310),
+        ("clock-drift", 2, 972),
+        ("clock-drift", 3, 16_369),
+        ("redlock", 1, 159),
+        ("redlock", 2, 78_996),
+        ("redlock-restart", 1, 645),
+        ("redlock-restart", 2, 474_090),
+        ("redlock-clock-jump", 1, 963),
+        ("redlock-clock-jump", 2, 567_846),
+        ("token-reset", 2, 12),
+        ("token-reset", 3, 30),
+        ("durable-token", 2, 8),
+        ("durable-token", 3, 16),
+        ("leader-election", 2, 68),
+        ("leader-election", 3, 920),
+        ("leader-election-unfenced", 2, 72),
+        ("leader-election-unfenced", 3, 1_064),
+        ("idempotent-job", 2, 9),
+        ("idempotent-job", 3, 27),
+        ("append-job", 2, 9),
+        ("append-job", 3, 27),
+        ("locked-append-job", 2, 24),
+        ("locked-append-job", 3, 134),
+    ];
+    for &(model, clients, states) in pinned {
+        assert_eq!(
+            run(model, Some(clients), None).states,
+            states,
+            "{model} at {clients}"
+        );
+    }
+}
+
+#[test]
+fn shortest_counterexamples_at_the_defaults() {
+    // (model, property, steps, last step)
+    let expected: &[(&str, &str, usize, &str)] = &[
+        ("check-before-write", "storage_in_lease_order", 8,
+         "client-0's write with token 1 arrives: accepted by the plain storage, rejected by the fenced storage"),
+        ("clock-drift", "single_believer", 4,
+         "client-1 acquires the lease (token 2) at t=2; by its own clock it is valid until t=5"),
+        ("redlock", "storage_in_lease_order", 11, "client-0's write (holder #1) reaches the storage: accepted"),
+        ("redlock", "tokens_increase", 10,
+         "client-1 has a majority: holds the lock until t=3 with token 2 (largest counter); sends a write"),
+        ("redlock-restart", "single_majority_holder", 9,
+         "client-1 has a majority: holds the lock until t=1 with token 1 (largest counter); sends a write"),
+        ("redlock-clock-jump", "single_majority_holder", 9,
+         "client-1 has a majority: holds the lock until t=1 with token 2 (largest counter); sends a write"),
+        ("token-reset", "tokens_increase", 3, "client-1 takes the lease (token 1), writes: stored, releases"),
+        ("token-reset", "progress", 4,
+         "client-2 takes the lease (token 1), writes: refused (already saw 2), releases"),
+        ("leader-election", "single_believer", 5, "candidate-1 campaigns and wins term 2; sends a write with token 2"),
+        ("leader-election-unfenced", "storage_in_lease_order", 7,
+         "candidate-0's write with token 1 reaches the storage: accepted"),
+        ("append-job", "effect_exactly_once", 4, "instance-1 finishes and applies its effect: 2 row(s) for the run"),
+        ("locked-append-job", "effect_exactly_once", 4,
+         "instance-1 finishes and applies its effect: 2 row(s) for the run"),
+    ];
+    for &(model, property, steps, last) in expected {
+        let r = run(model, None, None);
+        let p = r
+            .properties
+            .iter()
+            .find(|p| p.property == property)
+            .unwrap();
+        assert_eq!(p.verdict, Verdict::Violated, "{model} / {property}");
+        assert!(p.minimal, "{model} / {property}");
+        let cx = &p.counterexample.as_ref().unwrap().steps;
+        assert_eq!(cx.len(), steps, "{model} / {property}");
+        assert_eq!(cx.last().unwrap().text, last, "{model} / {property}");
+    }
+}
+
+#[test]
+fn negative_controls_flip_the_verdicts() {
+    // The check that passes on the safe variant fails on its broken sibling.
+    let flips: &[(&str, &str, &str)] = &[
+        ("check-before-write", "clock-drift", "single_believer"),
+        ("redlock", "redlock-restart", "single_majority_holder"),
+        ("redlock", "redlock-clock-jump", "single_majority_holder"),
+        ("durable-token", "token-reset", "tokens_increase"),
+        ("durable-token", "token-reset", "progress"),
+        (
+            "leader-election",
+            "leader-election-unfenced",
+            "storage_in_lease_order",
+        ),
+        ("idempotent-job", "append-job", "effect_exactly_once"),
+        ("idempotent-job", "locked-append-job", "effect_exactly_once"),
+    ];
+    for &(safe, broken, property) in flips {
+        assert_eq!(
+            verdict(&run(safe, None, None), property),
+            Verdict::Holds,
+            "{safe} / {property}"
+        );
+        assert_eq!(
+            verdict(&run(broken, None, None), property),
+            Verdict::Violated,
+            "{broken} / {property}"
+        );
+    }
+    // Within one model: the fenced storage holds where the plain one fails.
+    let cbw = run("check-before-write", None, None);
+    assert_eq!(
+        verdict(&cbw, "fenced_storage_in_lease_order"),
+        Verdict::Holds
+    );
+    assert_eq!(verdict(&cbw, "storage_in_lease_order"), Verdict::Violated);
+    // A register without compare-and-set lets two candidates win one term.
+    let blind = run("leader-election", None, Some(Mutant::BlindCampaign));
+    assert_eq!(verdict(&blind, "one_leader_per_term"), Verdict::Violated);
+}
+
+#[test]
+fn the_whole_catalog_is_checked_and_every_verdict_matches() {
+    assert_eq!(catalog().len(), 14);
+    for entry in catalog() {
+        let r = (entry.check)(&(entry.defaults)(), &Options::default(), &mut |_| {});
+        assert!(r.complete, "{}", entry.name);
+        for p in &r.properties {
+            assert!(
+                p.matches(),
+                "{} / {}: declared {}, found {}",
+                r.model,
+                p.property,
+                p.expected,
+                p.verdict
+            );
+        }
+        // Every always property is paired with some sometimes property.
+        assert!(
+            r.properties.iter().any(|p| p.kind == "sometimes"),
+            "{}",
+            entry.name
+        );
+    }
+}
