@@ -11,7 +11,7 @@
 //! Time is one global logical clock, the lock service's; a step `tick` advances it. The lease
 //! table is the protocol core's `LeaseTable`.
 
-use super::{CatalogModel, Expected, Mutant, Narrate, Params, PropertySpec, Step, Symmetric};
+use super::{Expected, Narrate, Params, PropertySpec, Step, Symmetric};
 use crate::protocol::{Acquire, Fence, LeaseTable, Token};
 use stateright::{Expectation, Model, Property};
 
@@ -309,57 +309,26 @@ const fn specs(drift: bool) -> [PropertySpec; 5] {
 const NO_DRIFT: [PropertySpec; 5] = specs(false);
 const DRIFT: [PropertySpec; 5] = specs(true);
 
-fn defaults() -> Params {
-    Params {
-        clients: 3,
-        writes: 1,
-        retries: 0,
-        mutant: None,
+catalog_entry! {
+    /// The catalog entry without drift.
+    CheckBeforeWrite: CheckBeforeWriteModel {
+        name: "check-before-write",
+        summary: "TTL-only, the client checks its lease on its own clock right before writing",
+        properties: &NO_DRIFT,
+        mutants: &[],
+        defaults: Params::sized(3, 1, 0),
+        build: |p| CheckBeforeWriteModel { clients: p.clients, drift: 0 },
     }
 }
 
-/// The catalog entry without drift.
-pub struct CheckBeforeWrite;
-
-impl CatalogModel for CheckBeforeWrite {
-    type Model = CheckBeforeWriteModel;
-    const NAME: &'static str = "check-before-write";
-    const SUMMARY: &'static str =
-        "TTL-only, the client checks its lease on its own clock right before writing";
-    const PROPERTIES: &'static [PropertySpec] = &NO_DRIFT;
-    const MUTANTS: &'static [Mutant] = &[];
-
-    fn defaults() -> Params {
-        defaults()
-    }
-
-    fn build(p: &Params) -> CheckBeforeWriteModel {
-        CheckBeforeWriteModel {
-            clients: p.clients,
-            drift: 0,
-        }
-    }
-}
-
-/// The catalog entry with a client clock one tick slow.
-pub struct ClockDrift;
-
-impl CatalogModel for ClockDrift {
-    type Model = CheckBeforeWriteModel;
-    const NAME: &'static str = "clock-drift";
-    const SUMMARY: &'static str =
-        "check-before-write with client clocks up to one tick slower than the lock service's";
-    const PROPERTIES: &'static [PropertySpec] = &DRIFT;
-    const MUTANTS: &'static [Mutant] = &[];
-
-    fn defaults() -> Params {
-        defaults()
-    }
-
-    fn build(p: &Params) -> CheckBeforeWriteModel {
-        CheckBeforeWriteModel {
-            clients: p.clients,
-            drift: 1,
-        }
+catalog_entry! {
+    /// The catalog entry with client clocks one tick slow.
+    ClockDrift: CheckBeforeWriteModel {
+        name: "clock-drift",
+        summary: "check-before-write with client clocks up to one tick slower than the lock service's",
+        properties: &DRIFT,
+        mutants: &[],
+        defaults: Params::sized(3, 1, 0),
+        build: |p| CheckBeforeWriteModel { clients: p.clients, drift: 1 },
     }
 }

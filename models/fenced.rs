@@ -6,7 +6,7 @@
 //! late write is refused, so `storage_in_lease_order` holds.
 
 use super::lease_service::{prop, LeaseModel, LeaseServiceCfg};
-use super::{CatalogModel, Expected, Mutant, Params, PropertySpec};
+use super::{Expected, Mutant, Params, PropertySpec};
 use crate::protocol::FencePolicy;
 use stateright::Expectation;
 
@@ -103,33 +103,20 @@ pub const PROPERTIES: &[PropertySpec] = &[
     },
 ];
 
-/// The catalog entry.
-pub struct Fenced;
-
-impl CatalogModel for Fenced {
-    type Model = LeaseModel;
-    const NAME: &'static str = NAME;
-    const SUMMARY: &'static str = SUMMARY;
-    const PROPERTIES: &'static [PropertySpec] = PROPERTIES;
-    const MUTANTS: &'static [Mutant] = MUTANTS;
-
-    fn defaults() -> Params {
-        let d = FencedModelCfg::default();
-        Params {
-            clients: d.clients,
-            writes: d.writes_per_client,
-            retries: d.retries,
-            mutant: None,
-        }
-    }
-
-    fn build(p: &Params) -> LeaseModel {
-        FencedModelCfg {
+catalog_entry! {
+    /// The catalog entry.
+    Fenced: LeaseModel {
+        name: NAME,
+        summary: SUMMARY,
+        properties: PROPERTIES,
+        mutants: MUTANTS,
+        defaults: Params::sized(3, 2, 0),
+        build: |p| FencedModelCfg {
             clients: p.clients,
             writes_per_client: p.writes,
             retries: p.retries,
             mutant: p.mutant,
         }
-        .into_model()
+        .into_model(),
     }
 }

@@ -7,7 +7,7 @@
 //! front of a non-idempotent job does not save it: a run that outlives its lease lets another
 //! instance run too. The lock is an optimisation; idempotence is the correctness rule.
 
-use super::{CatalogModel, Expected, Mutant, Narrate, Params, PropertySpec, Step, Symmetric};
+use super::{Expected, Narrate, Params, PropertySpec, Step, Symmetric};
 use crate::protocol::{Acquire, LeaseTable};
 use stateright::{Expectation, Model, Property};
 
@@ -207,74 +207,64 @@ impl Symmetric for JobModel {
 
 const EXACTLY_ONCE: &str = "the run's effect is stored as if the job ran once";
 
-macro_rules! job_entry {
-    ($ty:ident, $name:literal, $summary:literal, $variant:expr, $exactly_once:expr) => {
-        /// A catalog entry.
-        pub struct $ty;
-
-        impl CatalogModel for $ty {
-            type Model = JobModel;
-            const NAME: &'static str = $name;
-            const SUMMARY: &'static str = $summary;
-            const PROPERTIES: &'static [PropertySpec] = &[
-                PropertySpec {
-                    name: "effect_exactly_once",
-                    kind: Expectation::Always,
-                    meaning: EXACTLY_ONCE,
-                    expected: $exactly_once,
-                },
-                PropertySpec {
-                    name: "job_ran",
-                    kind: Expectation::Sometimes,
-                    meaning: "some run applies its effect",
-                    expected: Expected::Holds,
-                },
-                PropertySpec {
-                    name: "job_done",
-                    kind: Expectation::Eventually,
-                    meaning: "every complete history has the effect applied",
-                    expected: Expected::Holds,
-                },
-            ];
-            const MUTANTS: &'static [Mutant] = &[];
-
-            fn defaults() -> Params {
-                Params {
-                    clients: 3,
-                    writes: 1,
-                    retries: 0,
-                    mutant: None,
-                }
-            }
-
-            fn build(p: &Params) -> JobModel {
-                JobModel {
-                    instances: p.clients,
-                    variant: $variant,
-                }
-            }
-        }
-    };
+const fn specs(exactly_once: Expected) -> [PropertySpec; 3] {
+    [
+        PropertySpec {
+            name: "effect_exactly_once",
+            kind: Expectation::Always,
+            meaning: EXACTLY_ONCE,
+            expected: exactly_once,
+        },
+        PropertySpec {
+            name: "job_ran",
+            kind: Expectation::Sometimes,
+            meaning: "some run applies its effect",
+            expected: Expected::Holds,
+        },
+        PropertySpec {
+            name: "job_done",
+            kind: Expectation::Eventually,
+            meaning: "every complete history has the effect applied",
+            expected: Expected::Holds,
+        },
+    ]
 }
 
-job_entry!(
-    IdempotentJob,
-    "idempotent-job",
-    "no lock; every instance runs; the effect is an upsert keyed by the run id",
-    JobVariant::Idempotent,
-    Expected::Holds
-);
-job_entry!(
-    AppendJob,
-    "append-job",
-    "no lock; every instance runs; the effect is an append (not idempotent)",
-    JobVariant::Append,
-    Expected::Violated
-);
-job_entry!(
-    LockedAppendJob,
-    "locked-append-job",
-    "a TTL lock in front of an append: the lock is only an optimisation",
-    JobVariant::LockedAppend,
-    Expected::Violated
-);
+const SAFE: [PropertySpec; 3] = specs(Expected::Holds);
+const UNSAFE: [PropertySpec; 3] = specs(Expected::Violated);
+
+catalog_entry! {
+    /// No lock, an idempotent effect.
+    IdempotentJob: JobModel {
+        name: "idempotent-job",
+        summary: "no lock; every instance runs; the effect is an upsert keyed by the run id",
+        properties: &SAFE,
+        mutants: &[],
+        defaults: Params::sized(3, 1, 0),
+        build: |p| JobModel { instances: p.clients, variant: JobVariant::Idempotent },
+    }
+}
+
+catalog_entry! {
+    /// No lock, an append.
+    AppendJob: JobModel {
+        name: "append-job",
+        summary: "no lock; every instance runs; the effect is an append (not idempotent)",
+        properties: &UNSAFE,
+        mutants: &[],
+        defaults: Params::sized(3, 1, 0),
+        build: |p| JobModel { instances: p.clients, variant: JobVariant::Append },
+    }
+}
+
+catalog_entry! {
+    /// A TTL lock in front of an append.
+    LockedAppendJob: JobModel {
+        name: "locked-append-job",
+        summary: "a TTL lock in front of an append: the lock is only an optimisation",
+        properties: &UNSAFE,
+        mutants: &[],
+        defaults: Params::sized(3, 1, 0),
+        build: |p| JobModel { instances: p.clients, variant: JobVariant::LockedAppend },
+    }
+}

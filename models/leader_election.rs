@@ -8,7 +8,7 @@
 //! holds, and with fencing the storage stays in term order. Without fencing a deposed leader's
 //! late write lands after its successor's.
 
-use super::{CatalogModel, Expected, Mutant, Narrate, Params, PropertySpec, Step, Symmetric};
+use super::{Expected, Mutant, Narrate, Params, PropertySpec, Step, Symmetric};
 use crate::protocol::{Campaign, Fence, FencePolicy, TermRegister, Token};
 use stateright::{Expectation, Model, Property};
 
@@ -335,60 +335,36 @@ const fn specs(fenced: bool) -> [PropertySpec; 6] {
 const FENCED: [PropertySpec; 6] = specs(true);
 const UNFENCED: [PropertySpec; 6] = specs(false);
 
-fn defaults() -> Params {
-    Params {
-        clients: 3,
-        writes: 1,
-        retries: 1,
-        mutant: None,
-    }
-}
-
-/// The catalog entry: terms as fencing tokens.
-pub struct LeaderElection;
-
-impl CatalogModel for LeaderElection {
-    type Model = ElectionModel;
-    const NAME: &'static str = "leader-election";
-    const SUMMARY: &'static str =
-        "candidates campaign on a compare-and-set register; the term is the fencing token";
-    const PROPERTIES: &'static [PropertySpec] = &FENCED;
-    const MUTANTS: &'static [Mutant] = &[Mutant::BlindCampaign];
-
-    fn defaults() -> Params {
-        defaults()
-    }
-
-    fn build(p: &Params) -> ElectionModel {
-        ElectionModel {
+catalog_entry! {
+    /// The catalog entry: terms as fencing tokens.
+    LeaderElection: ElectionModel {
+        name: "leader-election",
+        summary: "candidates campaign on a compare-and-set register; the term is the fencing token",
+        properties: &FENCED,
+        mutants: &[Mutant::BlindCampaign],
+        defaults: Params::sized(3, 1, 1),
+        build: |p| ElectionModel {
             candidates: p.clients,
             campaigns: p.retries + 1,
             policy: FencePolicy::Fenced,
             blind_write: p.mutant == Some(Mutant::BlindCampaign),
-        }
+        },
     }
 }
 
-/// The catalog entry: the same election, storage without fencing.
-pub struct LeaderElectionUnfenced;
-
-impl CatalogModel for LeaderElectionUnfenced {
-    type Model = ElectionModel;
-    const NAME: &'static str = "leader-election-unfenced";
-    const SUMMARY: &'static str = "the same election; the storage ignores the term";
-    const PROPERTIES: &'static [PropertySpec] = &UNFENCED;
-    const MUTANTS: &'static [Mutant] = &[];
-
-    fn defaults() -> Params {
-        defaults()
-    }
-
-    fn build(p: &Params) -> ElectionModel {
-        ElectionModel {
+catalog_entry! {
+    /// The catalog entry: the same election, storage without fencing.
+    LeaderElectionUnfenced: ElectionModel {
+        name: "leader-election-unfenced",
+        summary: "the same election; the storage ignores the term",
+        properties: &UNFENCED,
+        mutants: &[],
+        defaults: Params::sized(3, 1, 1),
+        build: |p| ElectionModel {
             candidates: p.clients,
             campaigns: p.retries + 1,
             policy: FencePolicy::AcceptAll,
             blind_write: false,
-        }
+        },
     }
 }

@@ -8,6 +8,40 @@
 use serde::Serialize;
 use stateright::Expectation;
 
+/// Declares a catalog entry: a unit struct implementing [`CatalogModel`].
+macro_rules! catalog_entry {
+    (
+        $(#[$doc:meta])*
+        $ty:ident: $model:ty {
+            name: $name:expr,
+            summary: $summary:expr,
+            properties: $props:expr,
+            mutants: $mutants:expr,
+            defaults: $defaults:expr,
+            build: |$p:ident| $build:expr $(,)?
+        }
+    ) => {
+        $(#[$doc])*
+        pub struct $ty;
+
+        impl $crate::models::CatalogModel for $ty {
+            type Model = $model;
+            const NAME: &'static str = $name;
+            const SUMMARY: &'static str = $summary;
+            const PROPERTIES: &'static [$crate::models::PropertySpec] = $props;
+            const MUTANTS: &'static [$crate::models::Mutant] = $mutants;
+
+            fn defaults() -> $crate::models::Params {
+                $defaults
+            }
+
+            fn build($p: &$crate::models::Params) -> $model {
+                $build
+            }
+        }
+    };
+}
+
 pub mod check_before_write;
 pub mod fenced;
 pub mod idempotent_job;
@@ -29,6 +63,18 @@ pub struct Params {
     pub retries: u8,
     /// A deliberately broken variant (negative control).
     pub mutant: Option<Mutant>,
+}
+
+impl Params {
+    /// `clients` clients making `writes` writes with `retries` retries, no mutant.
+    pub const fn sized(clients: usize, writes: u8, retries: u8) -> Params {
+        Params {
+            clients,
+            writes,
+            retries,
+            mutant: None,
+        }
+    }
 }
 
 impl Default for Params {

@@ -8,7 +8,7 @@
 //! And the per-node counters do not make a fencing token: taking the largest counter among a
 //! majority's grants repeats a token (`tokens_increase` violated).
 
-use super::{CatalogModel, Expected, Mutant, Narrate, Params, PropertySpec, Step, Symmetric};
+use super::{Expected, Narrate, Params, PropertySpec, Step, Symmetric};
 use crate::protocol::{Acquire, LeaseTable, Token};
 use stateright::{Expectation, Model, Property};
 
@@ -366,59 +366,38 @@ const fn specs(fault: bool) -> [PropertySpec; 5] {
 const NO_FAULT: [PropertySpec; 5] = specs(false);
 const FAULT: [PropertySpec; 5] = specs(true);
 
-fn defaults() -> Params {
-    Params {
-        clients: 2,
-        writes: 1,
-        retries: 0,
-        mutant: None,
+catalog_entry! {
+    /// Redlock without faults.
+    Redlock: RedlockModel {
+        name: "redlock",
+        summary: "majority of 3 independent lock nodes, no faults; largest per-node counter as token",
+        properties: &NO_FAULT,
+        mutants: &[],
+        defaults: Params::sized(2, 1, 0),
+        build: |p| RedlockModel { clients: p.clients, fault: Fault::None },
     }
 }
 
-macro_rules! redlock_entry {
-    ($ty:ident, $name:literal, $summary:literal, $fault:expr, $specs:expr) => {
-        /// A catalog entry.
-        pub struct $ty;
-
-        impl CatalogModel for $ty {
-            type Model = RedlockModel;
-            const NAME: &'static str = $name;
-            const SUMMARY: &'static str = $summary;
-            const PROPERTIES: &'static [PropertySpec] = &$specs;
-            const MUTANTS: &'static [Mutant] = &[];
-
-            fn defaults() -> Params {
-                defaults()
-            }
-
-            fn build(p: &Params) -> RedlockModel {
-                RedlockModel {
-                    clients: p.clients,
-                    fault: $fault,
-                }
-            }
-        }
-    };
+catalog_entry! {
+    /// Redlock with a node restart.
+    RedlockRestart: RedlockModel {
+        name: "redlock-restart",
+        summary: "redlock where one node restarts without persistence",
+        properties: &FAULT,
+        mutants: &[],
+        defaults: Params::sized(2, 1, 0),
+        build: |p| RedlockModel { clients: p.clients, fault: Fault::Restart },
+    }
 }
 
-redlock_entry!(
-    Redlock,
-    "redlock",
-    "majority of 3 independent lock nodes, no faults; largest per-node counter as token",
-    Fault::None,
-    NO_FAULT
-);
-redlock_entry!(
-    RedlockRestart,
-    "redlock-restart",
-    "redlock where one node restarts without persistence",
-    Fault::Restart,
-    FAULT
-);
-redlock_entry!(
-    RedlockClockJump,
-    "redlock-clock-jump",
-    "redlock where one node's clock jumps forward",
-    Fault::ClockJump,
-    FAULT
-);
+catalog_entry! {
+    /// Redlock with a clock jump.
+    RedlockClockJump: RedlockModel {
+        name: "redlock-clock-jump",
+        summary: "redlock where one node's clock jumps forward",
+        properties: &FAULT,
+        mutants: &[],
+        defaults: Params::sized(2, 1, 0),
+        build: |p| RedlockModel { clients: p.clients, fault: Fault::ClockJump },
+    }
+}

@@ -9,7 +9,7 @@
 //! variant keeps the counter across the restart (a durable counter, or one resumed above the
 //! storage's highest token): both properties hold.
 
-use super::{CatalogModel, Expected, Mutant, Narrate, Params, PropertySpec, Step, Symmetric};
+use super::{Expected, Narrate, Params, PropertySpec, Step, Symmetric};
 use crate::protocol::{Acquire, Fence, LeaseTable, Token};
 use stateright::{Expectation, Model, Property};
 
@@ -240,58 +240,26 @@ const fn specs(durable: bool) -> [PropertySpec; 4] {
 const NON_DURABLE: [PropertySpec; 4] = specs(false);
 const DURABLE: [PropertySpec; 4] = specs(true);
 
-fn defaults() -> Params {
-    Params {
-        clients: 3,
-        writes: 1,
-        retries: 0,
-        mutant: None,
+catalog_entry! {
+    /// The catalog entry: a counter lost on restart.
+    TokenReset: TokenResetModel {
+        name: "token-reset",
+        summary: "the lock service restarts and its token counter starts again (no persistence)",
+        properties: &NON_DURABLE,
+        mutants: &[],
+        defaults: Params::sized(3, 1, 0),
+        build: |p| TokenResetModel { clients: p.clients, retries: p.retries, durable: false },
     }
 }
 
-/// The catalog entry: a counter lost on restart.
-pub struct TokenReset;
-
-impl CatalogModel for TokenReset {
-    type Model = TokenResetModel;
-    const NAME: &'static str = "token-reset";
-    const SUMMARY: &'static str =
-        "the lock service restarts and its token counter starts again (no persistence)";
-    const PROPERTIES: &'static [PropertySpec] = &NON_DURABLE;
-    const MUTANTS: &'static [Mutant] = &[];
-
-    fn defaults() -> Params {
-        defaults()
-    }
-
-    fn build(p: &Params) -> TokenResetModel {
-        TokenResetModel {
-            clients: p.clients,
-            retries: p.retries,
-            durable: false,
-        }
-    }
-}
-
-/// The catalog entry: the fix, a counter that survives the restart.
-pub struct DurableToken;
-
-impl CatalogModel for DurableToken {
-    type Model = TokenResetModel;
-    const NAME: &'static str = "durable-token";
-    const SUMMARY: &'static str = "the same restart with a durable token counter: the fix";
-    const PROPERTIES: &'static [PropertySpec] = &DURABLE;
-    const MUTANTS: &'static [Mutant] = &[];
-
-    fn defaults() -> Params {
-        defaults()
-    }
-
-    fn build(p: &Params) -> TokenResetModel {
-        TokenResetModel {
-            clients: p.clients,
-            retries: p.retries,
-            durable: true,
-        }
+catalog_entry! {
+    /// The catalog entry: the fix, a counter that survives the restart.
+    DurableToken: TokenResetModel {
+        name: "durable-token",
+        summary: "the same restart with a durable token counter: the fix",
+        properties: &DURABLE,
+        mutants: &[],
+        defaults: Params::sized(3, 1, 0),
+        build: |p| TokenResetModel { clients: p.clients, retries: p.retries, durable: true },
     }
 }

@@ -6,7 +6,7 @@
 //! write after the new holder's (`storage_in_lease_order` violated).
 
 use super::lease_service::{prop, LeaseModel, LeaseServiceCfg};
-use super::{CatalogModel, Expected, Mutant, Params, PropertySpec};
+use super::{Expected, Mutant, Params, PropertySpec};
 use crate::protocol::FencePolicy;
 use stateright::Expectation;
 
@@ -97,33 +97,20 @@ pub const PROPERTIES: &[PropertySpec] = &[
     },
 ];
 
-/// The catalog entry.
-pub struct TtlOnly;
-
-impl CatalogModel for TtlOnly {
-    type Model = LeaseModel;
-    const NAME: &'static str = NAME;
-    const SUMMARY: &'static str = SUMMARY;
-    const PROPERTIES: &'static [PropertySpec] = PROPERTIES;
-    const MUTANTS: &'static [Mutant] = MUTANTS;
-
-    fn defaults() -> Params {
-        let d = TtlOnlyModelCfg::default();
-        Params {
-            clients: d.clients,
-            writes: d.writes_per_client,
-            retries: d.retries,
-            mutant: None,
-        }
-    }
-
-    fn build(p: &Params) -> LeaseModel {
-        TtlOnlyModelCfg {
+catalog_entry! {
+    /// The catalog entry.
+    TtlOnly: LeaseModel {
+        name: NAME,
+        summary: SUMMARY,
+        properties: PROPERTIES,
+        mutants: MUTANTS,
+        defaults: Params::sized(3, 2, 0),
+        build: |p| TtlOnlyModelCfg {
             clients: p.clients,
             writes_per_client: p.writes,
             retries: p.retries,
             mutant: p.mutant,
         }
-        .into_model()
+        .into_model(),
     }
 }

@@ -139,13 +139,24 @@ fn acquire_timeout_wakes_on_release_and_on_expiry() {
     let held = lock.try_acquire(1).unwrap();
     std::thread::scope(|s| {
         let waiter = s.spawn(|| {
-            lock.acquire_timeout(2, Duration::from_secs(30))
-                .map(|g| g.token())
+            let g = lock.acquire_timeout(2, Duration::from_secs(30));
+            (g.map(|g| g.token()), Instant::now())
         });
-        std::thread::sleep(Duration::from_millis(20));
+        while lock.waiting() == 0 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let released = Instant::now();
         drop(held);
-        assert_eq!(waiter.join().unwrap(), Ok(Token::new(2)));
+        let (token, woke) = waiter.join().unwrap();
+        assert_eq!(token, Ok(Token::new(2)));
+        // Woken by the release, not by its next nap ending (naps last up to 200 ms here).
+        assert!(
+            woke - released < Duration::from_millis(100),
+            "{:?}",
+            woke - released
+        );
     });
+    assert_eq!(lock.waiting(), 0);
 
     let short = LeaseLock::new(Duration::from_millis(30)).unwrap();
     let _paused = short.try_acquire(1).unwrap();

@@ -16,6 +16,9 @@ pub(super) struct ReportArgs {
     /// Where criterion saved its estimates.
     #[arg(long, value_name = "DIR", default_value = "target/criterion")]
     criterion: PathBuf,
+    /// A cargo-mutants output directory to summarise in mutants.md (after `cargo mutants`).
+    #[arg(long, value_name = "DIR", default_value = "mutants.out")]
+    mutants: PathBuf,
 }
 
 /// Writes `contents` to `path` through a temporary file and a rename, so that a failure never
@@ -38,6 +41,7 @@ edit by hand.
 | `models.json` | the same, machine-readable; schema below |
 | `bench.md` | every benchmark's median, throughput and ratio to its group's baseline, with the machine, `rustc` version and commit it was measured on |
 | `report.html` | one self-contained page: verdicts, each counterexample as an SVG sequence diagram (violating step in red), benchmark ratios as a bar chart |
+| `mutants.md` | the mutation-testing summary: caught / missed / timeout / unviable counts, the score, the misses, and the mutants excluded as equivalent with the reason for each; regenerate with `cargo mutants` then `fencecheck report` |
 
 `models.json` (schema_version 1): `{schema_version, fencecheck, commit, params: {clients, writes,
 retries, mutant}, all_match, models: [{model, states, generated, max_depth, seconds, complete,
@@ -81,6 +85,23 @@ pub(super) fn run(args: ReportArgs) -> Result<ExitCode, UsageError> {
     if let Some(results) = &bench {
         write_file(&out("bench.md"), &report::bench_markdown(results, &meta))?;
         written.push("bench.md");
+    }
+    let outcomes = args.mutants.join("outcomes.json");
+    match std::fs::read_to_string(&outcomes) {
+        Ok(text) => {
+            let source = outcomes.display().to_string();
+            let value: serde_json::Value = serde_json::from_str(&text)
+                .map_err(|_| UsageError(format!("{source}: not JSON")))?;
+            let config = std::fs::read_to_string(".cargo/mutants.toml").unwrap_or_default();
+            let md = report::mutants_markdown(&value, &config, &source, &meta)
+                .map_err(|e| UsageError(e.to_string()))?;
+            write_file(&out("mutants.md"), &md)?;
+            written.push("mutants.md");
+        }
+        Err(_) => eprintln!(
+            "note: no {} (run `cargo mutants` first); mutants.md is left as it was",
+            outcomes.display()
+        ),
     }
     println!("wrote {} in {}", written.join(", "), args.out.display());
     let all_match = runs

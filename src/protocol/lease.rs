@@ -348,9 +348,18 @@ mod tests {
         assert_eq!(t.extend(&'a', a.token, 11, 10), Err(stale));
         assert_eq!(t.release(&'a', a.token), Err(stale));
         assert_eq!(t, before);
-        assert!(stale
-            .to_string()
-            .contains("token 1 does not hold the lease"));
+        assert_eq!(
+            stale.to_string(),
+            "token 1 does not hold the lease (current lease: token 2)"
+        );
+        let none = LeaseError::NotHolder {
+            token: a.token,
+            current: None,
+        };
+        assert_eq!(
+            none.to_string(),
+            "token 1 does not hold the lease (current lease: none)"
+        );
     }
 
     #[test]

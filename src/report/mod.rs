@@ -7,12 +7,14 @@ mod diagram;
 mod html;
 mod junit;
 mod models;
+mod mutants;
 
 pub use bench::{bench_markdown, collect_benchmarks, BenchError, BenchResult};
 pub use diagram::{mermaid, sequence_svg};
 pub use html::html;
 pub use junit::junit;
 pub use models::{models_json, models_markdown, SCHEMA_VERSION};
+pub use mutants::{mutants_markdown, MutantsError};
 
 /// Where and with what a report was made.
 #[derive(Clone, Debug, serde::Serialize)]
