@@ -1,17 +1,22 @@
-//! Model-checking throughput (states per second) of each model at a fixed size, with 1 and 2
-//! checker threads, with and without symmetry reduction.
+//! Model-checking throughput (states per second) of each model at its default size, with 1 and 2
+//! checker threads, and with and without symmetry reduction where the model has it.
 
 mod common;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use fencecheck::check::{catalog, Options, Params};
+use fencecheck::check::{catalog, Options};
+use std::time::Duration;
 
 fn check(c: &mut Criterion) {
-    let params = Params::default();
     for entry in catalog() {
+        let params = (entry.defaults)();
         let mut g = c.benchmark_group(format!("check/{}", entry.name));
         g.sample_size(10);
-        for symmetry in [true, false] {
+        g.warm_up_time(Duration::from_millis(200));
+        g.measurement_time(Duration::from_secs(1));
+        let reduces = (entry.check)(&params, &Options::default(), &mut |_| {}).symmetry;
+        let symmetry: &[bool] = if reduces { &[true, false] } else { &[false] };
+        for &symmetry in symmetry {
             for threads in [1usize, 2] {
                 let options = Options {
                     threads,
