@@ -168,14 +168,11 @@ where
         builder = builder.target_state_count(max);
     }
     let checker = builder.spawn_dfs();
+    // Poll finely at first so that small models report their real time; back off to 100 ms.
+    let mut nap = Duration::from_micros(20);
     while !checker.is_done() {
-        // Poll finely at first so that small models report their real time.
-        let nap = if started.elapsed() < Duration::from_secs(1) {
-            2
-        } else {
-            100
-        };
-        std::thread::sleep(Duration::from_millis(nap));
+        std::thread::sleep(nap);
+        nap = (nap * 2).min(Duration::from_millis(100));
         progress(&Progress {
             model: name,
             unique_states: checker.unique_state_count(),
