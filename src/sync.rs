@@ -22,6 +22,10 @@ pub mod atomic {
 
 pub use imp::MutexGuard;
 
+/// Shared ownership. Always `std`'s, also under loom: it only moves a clock between threads, and
+/// tests share a `ManualClock` through it.
+pub use std::sync::Arc;
+
 /// A mutual-exclusion lock whose `lock` never reports poisoning.
 #[derive(Debug, Default)]
 pub struct Mutex<T>(imp::Mutex<T>);

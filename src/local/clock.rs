@@ -11,7 +11,7 @@ pub trait Clock: Send + Sync {
     fn now(&self) -> u64;
 }
 
-impl<C: Clock + ?Sized> Clock for std::sync::Arc<C> {
+impl<C: Clock + ?Sized> Clock for crate::sync::Arc<C> {
     fn now(&self) -> u64 {
         (**self).now()
     }
