@@ -124,13 +124,7 @@ impl Model for CheckBeforeWriteModel {
                 Client::Done => {}
             }
         }
-        let mut last = None;
-        for w in &s.in_flight {
-            if last != Some(w) {
-                actions.push(CbwAction::Deliver(*w));
-            }
-            last = Some(w);
-        }
+        actions.extend(super::distinct(&s.in_flight).map(CbwAction::Deliver));
         // Time moves only while something still waits on it.
         let waiting = s.clients.iter().any(|c| *c != Client::Done);
         if waiting && s.now < self.max_time() {

@@ -119,13 +119,7 @@ impl Model for ElectionModel {
         if s.register.leader(0).is_some() {
             actions.push(ElectionAction::Expire);
         }
-        let mut last = None;
-        for w in &s.in_flight {
-            if last != Some(w) {
-                actions.push(ElectionAction::Deliver(*w));
-            }
-            last = Some(w);
-        }
+        actions.extend(super::distinct(&s.in_flight).map(ElectionAction::Deliver));
     }
 
     fn next_state(&self, s: &ElectionState, action: ElectionAction) -> Option<ElectionState> {

@@ -209,3 +209,13 @@ pub trait Symmetric: stateright::Model {
     /// interchangeable actors.
     fn representative(state: &Self::State) -> Self::State;
 }
+
+/// Each distinct element of a sorted multiset once: the messages in flight that can be delivered
+/// next (delivering either of two equal messages leads to the same state).
+pub(crate) fn distinct<T: PartialEq + Copy>(sorted: &[T]) -> impl Iterator<Item = T> + '_ {
+    sorted
+        .iter()
+        .enumerate()
+        .filter(move |(i, w)| *i == 0 || sorted[i - 1] != **w)
+        .map(|(_, w)| *w)
+}

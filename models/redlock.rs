@@ -156,13 +156,7 @@ impl Model for RedlockModel {
                 actions.push(RedlockAction::Fault(n as u8));
             }
         }
-        let mut last = None;
-        for w in &s.in_flight {
-            if last != Some(w) {
-                actions.push(RedlockAction::Deliver(*w));
-            }
-            last = Some(w);
-        }
+        actions.extend(super::distinct(&s.in_flight).map(RedlockAction::Deliver));
         let waiting = s.clients.iter().any(|c| *c != Client::Done);
         if waiting && s.now < self.max_time() {
             actions.push(RedlockAction::Tick);
