@@ -48,7 +48,8 @@ retries, mutant}, all_match, models: [{model, states, generated, max_depth, seco
 symmetry, properties: [{property, kind, meaning, expected, verdict, matches, minimal,
 counterexample}]}]}` where `kind` is `always`/`sometimes`/`eventually`, `expected` is
 `holds`/`violated`, `verdict` is `holds`/`violated`/`incomplete`, and `counterexample` is null or a
-list of `{from, to, text}` steps (`from`/`to` are lifelines: `client-N`, `lock-service`, `storage`).
+list of `{from, to, text}` steps (`from`/`to` are lifelines such as `client-N`, `lock-service`,
+`storage`, `node-N`, `candidate-N`, `register`).
 ";
 
 pub(super) fn run(args: ReportArgs) -> Result<ExitCode, UsageError> {
