@@ -41,17 +41,12 @@ where
         Expectation::Sometimes => return None,
     };
 
-    let mut nodes: Vec<Node<M>> = Vec::new();
-    // Fingerprints rather than states: half the memory and no deep comparisons.
-    let hasher = std::collections::hash_map::RandomState::new();
-    let mut seen: HashSet<u64> = HashSet::new();
-    let mut frontier: Vec<usize> = Vec::new();
-    for s in model.init_states() {
-        if seen.insert(hasher.hash_one(&s)) {
-            nodes.push((s, None));
-            frontier.push(nodes.len() - 1);
-        }
-    }
+    let Search {
+        hasher,
+        mut seen,
+        mut nodes,
+        mut frontier,
+    } = Search::start(model);
     let mut actions = Vec::new();
     while !frontier.is_empty() {
         let mut next_frontier = Vec::new();
@@ -122,16 +117,12 @@ where
     if always.is_empty() {
         return found;
     }
-    let hasher = std::collections::hash_map::RandomState::new();
-    let mut seen: HashSet<u64> = HashSet::new();
-    let mut nodes: Vec<Node<M>> = Vec::new();
-    let mut frontier: Vec<usize> = Vec::new();
-    for s in model.init_states() {
-        if seen.insert(hasher.hash_one(&s)) {
-            nodes.push((s, None));
-            frontier.push(nodes.len() - 1);
-        }
-    }
+    let Search {
+        hasher,
+        mut seen,
+        mut nodes,
+        mut frontier,
+    } = Search::start(model);
     let mut actions = Vec::new();
     while !frontier.is_empty() && !always.is_empty() {
         let mut next_frontier = Vec::new();
@@ -164,6 +155,36 @@ where
         frontier = next_frontier;
     }
     found
+}
+
+/// A breadth-first search at its start: the initial states as the first frontier.
+struct Search<M: Model> {
+    /// Fingerprints rather than states: half the memory and no deep comparisons.
+    hasher: std::collections::hash_map::RandomState,
+    seen: HashSet<u64>,
+    nodes: Vec<Node<M>>,
+    frontier: Vec<usize>,
+}
+
+impl<M: Model> Search<M>
+where
+    M::State: Hash,
+{
+    fn start(model: &M) -> Self {
+        let mut search = Search {
+            hasher: std::collections::hash_map::RandomState::new(),
+            seen: HashSet::new(),
+            nodes: Vec::new(),
+            frontier: Vec::new(),
+        };
+        for s in model.init_states() {
+            if search.seen.insert(search.hasher.hash_one(&s)) {
+                search.nodes.push((s, None));
+                search.frontier.push(search.nodes.len() - 1);
+            }
+        }
+        search
+    }
 }
 
 fn path_to<M: Narrate>(model: &M, nodes: &[Node<M>], mut i: usize) -> Counterexample {
