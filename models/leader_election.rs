@@ -9,7 +9,7 @@
 //! late write lands after its successor's.
 
 use super::{Expected, Mutant, Narrate, Params, PropertySpec, Step, Symmetric};
-use crate::protocol::{Campaign, Fence, FencePolicy, TermRegister, Token};
+use crate::protocol::{Campaign, Fence, FencePolicy, LeaseOrder, TermRegister, Token};
 use stateright::{Expectation, Model, Property};
 
 const TTL: u64 = 1;
@@ -68,10 +68,8 @@ pub struct ElectionState {
     pub fence: Fence,
     /// Ghost: terms won so far, in order, with the winner.
     pub wins: Vec<(Token, u8)>,
-    /// Ghost: the newest epoch stored, and whether an older one was stored after it.
-    pub newest_stored: u8,
-    /// Ghost: see `newest_stored`.
-    pub stale_stored: bool,
+    /// Ghost: `storage_in_lease_order` over the stored writes' epochs (the library's checker).
+    pub lease_order: LeaseOrder<u8>,
 }
 
 /// What happens next.
@@ -103,8 +101,7 @@ impl Model for ElectionModel {
             in_flight: Vec::new(),
             fence: Fence::new(self.policy),
             wins: Vec::new(),
-            newest_stored: 0,
-            stale_stored: false,
+            lease_order: LeaseOrder::new(),
         }]
     }
 
@@ -174,8 +171,7 @@ impl Model for ElectionModel {
                 next.in_flight.remove(at);
                 let (term, epoch, leader) = w;
                 if next.fence.admit(term).is_ok() {
-                    next.stale_stored |= epoch < s.newest_stored;
-                    next.newest_stored = next.newest_stored.max(epoch);
+                    next.lease_order.accept(epoch);
                 }
                 // Its one write made, the leader steps down.
                 next.candidates[leader as usize] = Candidate::Done;
@@ -194,7 +190,7 @@ impl Model for ElectionModel {
                 terms.len() == n
             }),
             Property::always("storage_in_lease_order", |_, s: &ElectionState| {
-                !s.stale_stored
+                s.lease_order.holds()
             }),
             Property::always("single_believer", |_, s: &ElectionState| {
                 s.candidates

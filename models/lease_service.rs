@@ -19,7 +19,7 @@
 //! properties need.
 
 use super::{Mutant, Narrate, Step, Symmetric};
-use crate::protocol::{Acquire, Fence, FencePolicy, LeaseTable, Token};
+use crate::protocol::{Acquire, Fence, FencePolicy, LeaseOrder, LeaseTable, Token};
 use stateright::actor::{model_timeout, Actor, ActorModel, ActorModelAction, Id, Network, Out};
 use stateright::{Expectation, Rewrite, RewritePlan};
 use std::borrow::Cow;
@@ -166,10 +166,8 @@ pub struct Ghost {
     pub last_grant: Option<Token>,
     /// Some grant carried a token not larger than an earlier grant's.
     pub token_not_increasing: bool,
-    /// The largest epoch of an accepted write.
-    pub newest_written: Option<Epoch>,
-    /// The storage accepted a write from an older epoch after one from a newer epoch.
-    pub stale_write_accepted: bool,
+    /// `storage_in_lease_order` over the accepted writes (the library's history checker).
+    pub lease_order: LeaseOrder<Epoch>,
 }
 
 /// The actors of the model.
@@ -442,11 +440,9 @@ fn record_out(
             }
             next.last_grant = Some(*token);
         }
-        Msg::Accepted { epoch, .. } => match ghost.newest_written {
-            Some(newest) if *epoch < newest => next.stale_write_accepted = true,
-            Some(newest) if *epoch == newest => {}
-            _ => next.newest_written = Some(*epoch),
-        },
+        Msg::Accepted { epoch, .. } => {
+            next.lease_order.accept(*epoch);
+        }
         _ => return None,
     }
     (next != *ghost).then_some(next)
@@ -482,16 +478,16 @@ impl LeaseServiceCfg {
             .init_network(Network::new_unordered_nonduplicating([]))
             .record_msg_out(record_out)
             .property(Expectation::Always, prop::STORAGE_IN_LEASE_ORDER, |_, s| {
-                !s.history.stale_write_accepted
+                s.history.lease_order.holds()
             })
             .property(Expectation::Always, prop::SINGLE_BELIEVER, |_, s| {
                 believers(s) <= 1
             })
             .property(Expectation::Eventually, prop::PROGRESS, |_, s| {
-                s.history.newest_written.is_some()
+                s.history.lease_order.newest().is_some()
             })
             .property(Expectation::Sometimes, prop::WRITE_ACCEPTED, |_, s| {
-                s.history.newest_written.is_some()
+                s.history.lease_order.newest().is_some()
             })
             .property(Expectation::Sometimes, prop::LEASE_REGRANTED, |_, s| {
                 grants(s) >= 2

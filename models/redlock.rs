@@ -9,7 +9,7 @@
 //! majority's grants repeats a token (`tokens_increase` violated).
 
 use super::{Expected, Narrate, Params, PropertySpec, Step, Symmetric};
-use crate::protocol::{Acquire, LeaseTable, Token};
+use crate::protocol::{Acquire, LeaseOrder, LeaseTable, Token};
 use stateright::{Expectation, Model, Property};
 
 /// A lease lasts this many ticks.
@@ -78,10 +78,8 @@ pub struct RedlockState {
     pub last_token: Option<Token>,
     /// Ghost: see `holders`.
     pub token_not_increasing: bool,
-    /// Ghost: newest epoch stored and whether an older one was stored after it.
-    pub newest_stored: u8,
-    /// Ghost: see `newest_stored`.
-    pub stale_stored: bool,
+    /// Ghost: `storage_in_lease_order` over the stored writes' epochs (the library's checker).
+    pub lease_order: LeaseOrder<u8>,
 }
 
 /// What happens next.
@@ -132,8 +130,7 @@ impl Model for RedlockModel {
             holders: 0,
             last_token: None,
             token_not_increasing: false,
-            newest_stored: 0,
-            stale_stored: false,
+            lease_order: LeaseOrder::new(),
         }]
     }
 
@@ -221,8 +218,7 @@ impl Model for RedlockModel {
                 let at = next.in_flight.iter().position(|x| *x == w)?;
                 next.in_flight.remove(at);
                 let (epoch, _) = w;
-                next.stale_stored |= epoch < s.newest_stored;
-                next.newest_stored = next.newest_stored.max(epoch);
+                next.lease_order.accept(epoch);
             }
         }
         Some(next)
@@ -234,7 +230,7 @@ impl Model for RedlockModel {
                 s.clients.iter().filter(|c| believes(c, s.now)).count() <= 1
             }),
             Property::always("storage_in_lease_order", |_, s: &RedlockState| {
-                !s.stale_stored
+                s.lease_order.holds()
             }),
             Property::always("tokens_increase", |_, s: &RedlockState| {
                 !s.token_not_increasing

@@ -10,7 +10,7 @@
 //! storage's highest token): both properties hold.
 
 use super::{Expected, Narrate, Params, PropertySpec, Step, Symmetric};
-use crate::protocol::{Acquire, Fence, LeaseTable, Token};
+use crate::protocol::{Acquire, Fence, LeaseOrder, LeaseTable, Token};
 use stateright::{Expectation, Model, Property};
 
 /// The model.
@@ -55,10 +55,8 @@ pub struct ResetState {
     pub went_backwards: bool,
     /// Ghost: grants so far (each grant's epoch is its position in this count).
     pub grants: u8,
-    /// Ghost: the newest epoch whose write was stored.
-    pub newest_stored: u8,
-    /// Ghost: a write from an older epoch was stored after one from a newer epoch.
-    pub stale_stored: bool,
+    /// Ghost: `storage_in_lease_order` over the stored writes' epochs (the library's checker).
+    pub lease_order: LeaseOrder<u8>,
 }
 
 /// What happens next.
@@ -88,8 +86,7 @@ impl Model for TokenResetModel {
             last_grant: None,
             went_backwards: false,
             grants: 0,
-            newest_stored: 0,
-            stale_stored: false,
+            lease_order: LeaseOrder::new(),
         }]
     }
 
@@ -122,8 +119,7 @@ impl Model for TokenResetModel {
                 };
                 next.clients[i as usize] = match next.fence.admit(lease.token) {
                     Ok(()) => {
-                        next.stale_stored |= epoch < s.newest_stored;
-                        next.newest_stored = next.newest_stored.max(epoch);
+                        next.lease_order.accept(epoch);
                         Client::Stored
                     }
                     Err(_) if retries > 0 => Client::Waiting {
@@ -148,7 +144,7 @@ impl Model for TokenResetModel {
         vec![
             Property::always("tokens_increase", |_, s: &ResetState| !s.went_backwards),
             Property::always("storage_in_lease_order", |_, s: &ResetState| {
-                !s.stale_stored
+                s.lease_order.holds()
             }),
             Property::eventually("progress", |_, s: &ResetState| {
                 s.clients.iter().all(|c| *c == Client::Stored)

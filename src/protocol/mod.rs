@@ -10,11 +10,13 @@
 //! clock. A lease with `expires_at <= now` is free.
 
 mod fence;
+mod history;
 mod lease;
 mod register;
 mod token;
 
 pub use fence::{Fence, FencePolicy, StaleWrite};
+pub use history::{storage_in_lease_order, Event, History, HistoryError, LeaseOrder};
 pub use lease::{Acquire, Lease, LeaseError, LeaseTable};
 pub use register::{Campaign, TermRegister};
 pub use token::{Token, TokenExhausted, TokenIssuer};
