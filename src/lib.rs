@@ -2,11 +2,14 @@
 //!
 //! - [`protocol`]: the sans-IO core (lease table, fencing rule, tokens) that everything calls.
 //! - [`local`]: the in-process fenced lease lock and fenced store, checked by loom.
+//! - [`backend`]: the same lock and fenced storage on Redis and PostgreSQL, with keepalive.
 //! - [`models`]: Stateright models of lock protocols built on the core.
 //! - [`check`]: running the models and comparing verdicts with their declared expectations.
 //! - [`report`]: rendering verdicts, counterexample diagrams and benchmark results.
 #![deny(missing_docs)]
 
+#[cfg(not(loom))]
+pub mod backend;
 pub mod check;
 pub mod local;
 #[path = "../models/mod.rs"]

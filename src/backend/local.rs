@@ -1,0 +1,138 @@
+//! The in-process lock and storage behind the backend-neutral traits, so code (and the contract
+//! tests) written against [`LockService`] and [`FencedStorage`] run the same without a server.
+
+use super::{Acquired, BackendError, FencedStorage, Grant, LockService, Stored, WriteOutcome};
+use crate::local::{Clock, LeaseLock, SystemClock};
+use crate::protocol::{Acquire, Fence, FencePolicy, LeaseError, Token};
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+const BACKEND: &str = "in-process";
+
+/// The in-process [`LeaseLock`] as a [`LockService`]: owners are strings; calls never block.
+pub struct LocalLock<C: Clock = SystemClock> {
+    lock: LeaseLock<String, C>,
+}
+
+impl LocalLock<SystemClock> {
+    /// An in-process lock granting leases of `ttl` on the system clock.
+    pub fn new(ttl: Duration) -> Result<Self, BackendError> {
+        Self::with_clock(ttl, SystemClock::new())
+    }
+}
+
+impl<C: Clock> LocalLock<C> {
+    /// An in-process lock on the given clock.
+    pub fn with_clock(ttl: Duration, clock: C) -> Result<Self, BackendError> {
+        super::validate_ttl(ttl)?;
+        let lock = LeaseLock::with_clock(ttl, clock).map_err(|e| lease_err("new", e))?;
+        Ok(LocalLock { lock })
+    }
+
+    /// The wrapped lock.
+    pub fn inner(&self) -> &LeaseLock<String, C> {
+        &self.lock
+    }
+}
+
+fn lease_err(operation: &'static str, e: LeaseError) -> BackendError {
+    BackendError::Server {
+        backend: BACKEND,
+        operation,
+        detail: e.to_string(),
+    }
+}
+
+impl<C: Clock> LockService for LocalLock<C> {
+    fn ttl(&self) -> Duration {
+        self.lock.ttl()
+    }
+
+    async fn try_acquire(&self, owner: &str) -> Result<Acquired, BackendError> {
+        let sent_at = Instant::now();
+        match self.lock.try_acquire_raw(owner.to_string()) {
+            Ok(Acquire::Granted(lease)) => Ok(Acquired::Granted(Grant {
+                token: lease.token,
+                owner: lease.owner,
+                ttl: self.lock.ttl(),
+                sent_at,
+            })),
+            Ok(Acquire::Busy { holder, expires_at }) => Ok(Acquired::Busy {
+                holder: Some(holder),
+                remaining: Some(Duration::from_nanos(
+                    expires_at.saturating_sub(self.lock.clock().now()),
+                )),
+            }),
+            Err(e) => Err(lease_err("acquire", e)),
+        }
+    }
+
+    async fn extend(&self, owner: &str, token: Token) -> Result<Option<Grant>, BackendError> {
+        let sent_at = Instant::now();
+        match self.lock.extend_raw(&owner.to_string(), token) {
+            Ok(lease) => Ok(Some(Grant {
+                token: lease.token,
+                owner: lease.owner,
+                ttl: self.lock.ttl(),
+                sent_at,
+            })),
+            Err(LeaseError::NotHolder { .. } | LeaseError::Expired { .. }) => Ok(None),
+            Err(e) => Err(lease_err("extend", e)),
+        }
+    }
+
+    async fn release(&self, owner: &str, token: Token) -> Result<bool, BackendError> {
+        match self.lock.release_raw(&owner.to_string(), token) {
+            Ok(_) => Ok(true),
+            Err(LeaseError::NotHolder { .. } | LeaseError::Expired { .. }) => Ok(false),
+            Err(e) => Err(lease_err("release", e)),
+        }
+    }
+}
+
+/// An in-process map of fenced keys: each key has its own core [`Fence`].
+pub struct LocalFencedMap {
+    policy: FencePolicy,
+    keys: parking_lot::Mutex<HashMap<String, (Fence, Vec<u8>)>>,
+}
+
+impl LocalFencedMap {
+    /// An empty map applying `policy` to every key.
+    pub fn new(policy: FencePolicy) -> Self {
+        LocalFencedMap {
+            policy,
+            keys: parking_lot::Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+impl FencedStorage for LocalFencedMap {
+    async fn write(
+        &self,
+        key: &str,
+        token: Token,
+        value: &[u8],
+    ) -> Result<WriteOutcome, BackendError> {
+        let mut keys = self.keys.lock();
+        let (fence, stored) = keys
+            .entry(key.to_string())
+            .or_insert_with(|| (Fence::new(self.policy), Vec::new()));
+        match fence.admit(token) {
+            Ok(()) => {
+                *stored = value.to_vec();
+                Ok(WriteOutcome::Accepted)
+            }
+            Err(stale) => Ok(WriteOutcome::Stale(stale)),
+        }
+    }
+
+    async fn read(&self, key: &str) -> Result<Option<Stored>, BackendError> {
+        let keys = self.keys.lock();
+        Ok(keys.get(key).and_then(|(fence, value)| {
+            fence.highest().map(|token| Stored {
+                token,
+                value: value.clone(),
+            })
+        }))
+    }
+}

@@ -1,0 +1,319 @@
+//! Backend-neutral locks and fenced storage, and their implementations on real servers.
+//!
+//! - [`LockService`]: a lease lock that hands out fencing tokens — [`RedisLock`], and the
+//!   in-process [`LeaseLock`](crate::local::LeaseLock) through [`LocalLock`].
+//! - [`FencedStorage`]: storage that rejects a write whose token is older than one it has seen —
+//!   [`PgFencedStore`], [`RedisFencedStore`], and the in-process [`LocalFencedMap`].
+//! - [`hold`]: keeps a granted lease alive in the background and signals when it is lost, using a
+//!   deadline counted from when the acquire request was *sent*.
+//! - [`servers`]: throwaway `redis-server` and PostgreSQL instances for tests, demos and benchmarks.
+//!
+//! Backends are async (tokio). Every call that reaches a server is bounded by a timeout, so an
+//! unreachable server is an error within that bound, never a hang.
+
+mod keepalive;
+mod local;
+mod postgres;
+mod redis;
+pub mod servers;
+
+pub use self::keepalive::{hold, HeldLease, KeepaliveOptions, LostReason};
+pub use self::local::{LocalFencedMap, LocalLock};
+pub use self::postgres::PgFencedStore;
+pub use self::redis::{RedisFencedStore, RedisLock, RedisOptions};
+
+use crate::protocol::{StaleWrite, Token};
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+/// The longest lease any backend accepts: a lease meant to outlive a crash by more than a day is a
+/// configuration mistake.
+pub const MAX_TTL: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// A lease a [`LockService`] granted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Grant {
+    /// The fencing token: carry it to every write.
+    pub token: Token,
+    /// Who holds it.
+    pub owner: String,
+    /// The lease's time to live, counted by the server from when it handled the request.
+    pub ttl: Duration,
+    /// When the acquire (or last extend) request was sent. The server's TTL started after this,
+    /// so `sent_at + ttl` is an upper bound on the lease's end as seen by this process.
+    pub sent_at: Instant,
+}
+
+impl Grant {
+    /// The latest instant at which this process may still act as the holder: `sent_at + ttl -
+    /// drift`, where `drift` covers the clock-rate difference between this machine and the
+    /// server. `None` when `drift >= ttl` (no safe window at all).
+    ///
+    /// Counting from when the request was sent, not from when the reply arrived, is the point: a
+    /// reply delayed by a slow network or a pause would otherwise push the local deadline past the
+    /// server's.
+    pub fn safe_deadline(&self, drift: Duration) -> Option<Instant> {
+        let window = self.ttl.checked_sub(drift).filter(|w| !w.is_zero())?;
+        self.sent_at.checked_add(window)
+    }
+}
+
+/// The answer to a try-acquire.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Acquired {
+    /// The lease is ours.
+    Granted(Grant),
+    /// Someone else holds it.
+    Busy {
+        /// The current holder, when the backend can tell.
+        holder: Option<String>,
+        /// How long the current lease has left, when the backend can tell.
+        remaining: Option<Duration>,
+    },
+}
+
+/// Why a backend call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    /// A setting was rejected before anything was sent.
+    #[error("invalid {what}: {reason}")]
+    Invalid {
+        /// Which setting.
+        what: &'static str,
+        /// What was wrong and what was expected.
+        reason: String,
+    },
+    /// The server could not be reached.
+    #[error("cannot connect to {backend} at {target}: {detail}")]
+    Connect {
+        /// `redis`, `postgres`, ...
+        backend: &'static str,
+        /// The address tried.
+        target: String,
+        /// The underlying error.
+        detail: String,
+    },
+    /// The server did not answer in time.
+    #[error("{backend} did not answer {operation} within {after:?}")]
+    Timeout {
+        /// `redis`, `postgres`, ...
+        backend: &'static str,
+        /// What was being done.
+        operation: &'static str,
+        /// The bound that passed.
+        after: Duration,
+    },
+    /// The server answered with an error or something unexpected.
+    #[error("{backend} {operation} failed: {detail}")]
+    Server {
+        /// `redis`, `postgres`, ...
+        backend: &'static str,
+        /// What was being done.
+        operation: &'static str,
+        /// The server's error.
+        detail: String,
+    },
+    /// The lock handed out a token not larger than one this client already saw: the token
+    /// counter was lost (for example a Redis restart without persistence). The lease was not
+    /// taken.
+    #[error(
+        "fencing token went backwards on lock {name:?}: the server issued {issued} after this \
+         client had seen {seen}; the token counter was lost (restart without persistence?). \
+         Raise it above the storage's highest token before using the lock again"
+    )]
+    TokenRegressed {
+        /// The lock.
+        name: String,
+        /// The token the server just issued.
+        issued: Token,
+        /// The highest token this client had seen before.
+        seen: Token,
+    },
+}
+
+impl BackendError {
+    pub(crate) fn invalid(what: &'static str, reason: impl Into<String>) -> Self {
+        BackendError::Invalid {
+            what,
+            reason: reason.into(),
+        }
+    }
+}
+
+/// A lease lock that hands out fencing tokens. Each lock has one name and one TTL, fixed when it is
+/// made; `owner` names the process or worker asking.
+pub trait LockService: Send + Sync {
+    /// The lease time to live this lock grants.
+    fn ttl(&self) -> Duration;
+
+    /// Takes the lease if it is free (or its holder's lease expired), in one round trip.
+    fn try_acquire(
+        &self,
+        owner: &str,
+    ) -> impl Future<Output = Result<Acquired, BackendError>> + Send;
+
+    /// Renews `owner`'s lease with `token` for another TTL. `Ok(None)` when the lease is no
+    /// longer this owner's (expired and possibly taken): the caller must stop acting as holder.
+    fn extend(
+        &self,
+        owner: &str,
+        token: Token,
+    ) -> impl Future<Output = Result<Option<Grant>, BackendError>> + Send;
+
+    /// Releases `owner`'s lease with `token`. `Ok(false)` when it was no longer held by them
+    /// (nothing is changed then).
+    fn release(
+        &self,
+        owner: &str,
+        token: Token,
+    ) -> impl Future<Output = Result<bool, BackendError>> + Send;
+
+    /// Takes the lease, waiting up to `timeout` for it to become free. `Ok(None)` when the time
+    /// ran out. Polls with a backoff of 5 ms doubling to 200 ms, never sleeping past the holder's
+    /// remaining TTL (when known) or the deadline.
+    fn acquire(
+        &self,
+        owner: &str,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<Option<Grant>, BackendError>> + Send {
+        async move {
+            let deadline = Instant::now() + timeout;
+            let mut backoff = Duration::from_millis(5);
+            loop {
+                match self.try_acquire(owner).await? {
+                    Acquired::Granted(grant) => return Ok(Some(grant)),
+                    Acquired::Busy { remaining, .. } => {
+                        let now = Instant::now();
+                        if now >= deadline {
+                            return Ok(None);
+                        }
+                        let mut nap = backoff.min(deadline - now);
+                        if let Some(left) = remaining {
+                            nap = nap.min(left.max(Duration::from_millis(1)));
+                        }
+                        tokio::time::sleep(nap).await;
+                        backoff = (backoff * 2).min(Duration::from_millis(200));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// What fenced storage did with a write.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WriteOutcome {
+    /// Stored.
+    Accepted,
+    /// Refused: a write with a newer token was already stored.
+    Stale(StaleWrite),
+}
+
+impl WriteOutcome {
+    /// The write was stored.
+    pub fn is_accepted(&self) -> bool {
+        matches!(self, WriteOutcome::Accepted)
+    }
+}
+
+/// A stored value and the token of the write that stored it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stored {
+    /// The highest token accepted for this key.
+    pub token: Token,
+    /// The value last stored.
+    pub value: Vec<u8>,
+}
+
+/// Storage that applies the fencing rule to every write: a write whose token is older than the
+/// highest already accepted for that key is refused, naming that highest token. Equal tokens are
+/// accepted (one holder writes many times under one lease).
+pub trait FencedStorage: Send + Sync {
+    /// Writes `value` under `key` if `token` is not older than the key's highest token.
+    fn write(
+        &self,
+        key: &str,
+        token: Token,
+        value: &[u8],
+    ) -> impl Future<Output = Result<WriteOutcome, BackendError>> + Send;
+
+    /// Reads the key's value and highest token.
+    fn read(&self, key: &str) -> impl Future<Output = Result<Option<Stored>, BackendError>> + Send;
+}
+
+/// Checks a lock or store name: non-empty, at most 200 bytes, no control characters and no
+/// braces (they would break Redis Cluster hash tags).
+pub fn validate_name(what: &'static str, name: &str) -> Result<(), BackendError> {
+    if name.is_empty() {
+        return Err(BackendError::invalid(what, "it is empty; give a name such as nightly-job"));
+    }
+    if name.len() > 200 {
+        return Err(BackendError::invalid(
+            what,
+            format!("it is {} bytes long; at most 200 are allowed", name.len()),
+        ));
+    }
+    if let Some(c) = name.chars().find(|c| c.is_control() || *c == '{' || *c == '}') {
+        return Err(BackendError::invalid(
+            what,
+            format!("{name:?} contains {c:?}; braces and control characters are not allowed"),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a lease TTL: at least 1 ms, whole milliseconds are used, at most [`MAX_TTL`].
+pub fn validate_ttl(ttl: Duration) -> Result<(), BackendError> {
+    if ttl < Duration::from_millis(1) {
+        return Err(BackendError::invalid(
+            "ttl",
+            format!("{ttl:?} is shorter than 1 ms; a lease needs a positive TTL such as 30s"),
+        ));
+    }
+    if ttl > MAX_TTL {
+        return Err(BackendError::invalid(
+            "ttl",
+            format!("{ttl:?} is longer than the 24 h maximum; a crashed holder would block that long"),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn safe_deadline_counts_from_the_send_time_minus_drift() {
+        let sent_at = Instant::now();
+        let g = Grant {
+            token: Token::new(1),
+            owner: "a".into(),
+            ttl: Duration::from_millis(1000),
+            sent_at,
+        };
+        assert_eq!(
+            g.safe_deadline(Duration::from_millis(100)),
+            Some(sent_at + Duration::from_millis(900))
+        );
+        assert_eq!(g.safe_deadline(Duration::ZERO), Some(sent_at + g.ttl));
+        assert_eq!(g.safe_deadline(Duration::from_millis(1000)), None);
+        assert_eq!(g.safe_deadline(Duration::from_millis(2000)), None);
+    }
+
+    #[test]
+    fn names_and_ttls_are_checked() {
+        assert!(validate_name("lock name", "nightly").is_ok());
+        let e = validate_name("lock name", "").unwrap_err().to_string();
+        assert_eq!(e, "invalid lock name: it is empty; give a name such as nightly-job");
+        assert!(validate_name("lock name", "a{b}").unwrap_err().to_string().contains("'{'"));
+        assert!(validate_name("lock name", "a\nb").is_err());
+        assert!(validate_name("lock name", &"x".repeat(201)).is_err());
+        assert!(validate_name("lock name", &"x".repeat(200)).is_ok());
+        assert!(validate_ttl(Duration::ZERO).unwrap_err().to_string().contains("shorter than 1 ms"));
+        assert!(validate_ttl(Duration::from_micros(999)).is_err());
+        assert!(validate_ttl(Duration::from_millis(1)).is_ok());
+        assert!(validate_ttl(MAX_TTL).is_ok());
+        assert!(validate_ttl(MAX_TTL + Duration::from_millis(1)).is_err());
+    }
+}

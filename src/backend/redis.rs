@@ -1,0 +1,441 @@
+//! Redis: a lease lock whose acquire takes the lease and its fencing token in one script, and a
+//! fenced key-value store whose writes are a compare-and-set script.
+//!
+//! Keys of one lock share a hash tag (`fencecheck:{NAME}:lock`, `fencecheck:{NAME}:token`), so in
+//! Redis Cluster the lock and its token counter live in one slot and one script can touch both.
+//!
+//! **Token durability.** The counter is an ordinary Redis key. Tokens stay strictly increasing
+//! only while Redis keeps it: a restart without persistence (or a failover to a replica that had
+//! not received the last `INCR`) starts it again from 1. Run Redis with `appendonly yes` and
+//! `appendfsync always` for monotonic tokens. A [`RedisLock`] remembers the highest token it has
+//! seen and refuses a grant that is not larger ([`BackendError::TokenRegressed`]), releasing the
+//! key it just took; fenced storage independently rejects the smaller tokens, so safety holds and
+//! only progress is lost until the counter is raised ([`RedisLock::raise_token_floor`]).
+
+use super::{
+    validate_name, validate_ttl, Acquired, BackendError, FencedStorage, Grant, LockService, Stored,
+    WriteOutcome,
+};
+use crate::protocol::{FencePolicy, StaleWrite, Token};
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, Script};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{LazyLock, Mutex};
+use std::time::{Duration, Instant};
+
+const BACKEND: &str = "redis";
+
+/// Takes the lease if free, issues the next token and stores `token:owner` with the TTL.
+/// KEYS: lock, counter. ARGV: owner, ttl ms, highest token this client has seen (0 if none).
+/// Returns {1, token, 0} granted, {0, "token:owner", pttl} busy, {2, token, 0} token regressed.
+static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local held = redis.call('GET', KEYS[1])
+if held then return {0, held, redis.call('PTTL', KEYS[1])} end
+local t = redis.call('INCR', KEYS[2])
+if t <= tonumber(ARGV[3]) then return {2, string.format('%d', t), 0} end
+redis.call('SET', KEYS[1], string.format('%d', t) .. ':' .. ARGV[1], 'PX', ARGV[2])
+return {1, string.format('%d', t), 0}
+",
+    )
+});
+
+/// Renews the lease iff it is still `token:owner`. KEYS: lock. ARGV: `token:owner`, ttl ms.
+static EXTEND: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 0
+",
+    )
+});
+
+/// Deletes the lease iff it is still `token:owner`. KEYS: lock. ARGV: `token:owner`.
+static RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+return 0
+",
+    )
+});
+
+/// Sets the counter to at least ARGV[1]; returns the counter. KEYS: counter.
+static RAISE_FLOOR: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
+local floor = tonumber(ARGV[1])
+if cur < floor then redis.call('SET', KEYS[1], ARGV[1]) cur = floor end
+return string.format('%d', cur)
+",
+    )
+});
+
+/// The fencing rule on a hash {token, value}. KEYS: data key. ARGV: token, value, policy.
+/// Returns {1, highest} stored, {0, highest} refused as stale.
+static FENCED_WRITE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local cur = redis.call('HGET', KEYS[1], 'token')
+if cur and tonumber(cur) > tonumber(ARGV[1]) then
+  if ARGV[3] == 'fenced' then return {0, cur} end
+  redis.call('HSET', KEYS[1], 'value', ARGV[2])
+  return {1, cur}
+end
+redis.call('HSET', KEYS[1], 'token', ARGV[1], 'value', ARGV[2])
+return {1, ARGV[1]}
+",
+    )
+});
+
+/// Connection settings for the Redis backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RedisOptions {
+    /// Bound on establishing a connection.
+    pub connect_timeout: Duration,
+    /// Bound on each request's reply.
+    pub response_timeout: Duration,
+}
+
+impl Default for RedisOptions {
+    fn default() -> Self {
+        RedisOptions {
+            connect_timeout: Duration::from_secs(2),
+            response_timeout: Duration::from_secs(2),
+        }
+    }
+}
+
+/// One lazily (re)connected multiplexed connection: dropped after an I/O error, so a restarted
+/// server is reached again on the next call.
+struct Conn {
+    client: redis::Client,
+    target: String,
+    options: RedisOptions,
+    cached: Mutex<Option<MultiplexedConnection>>,
+}
+
+impl Conn {
+    fn open(url: &str, options: RedisOptions) -> Result<Self, BackendError> {
+        let client = redis::Client::open(url).map_err(|e| {
+            BackendError::invalid(
+                "redis url",
+                format!("{url:?}: {e}; expected redis://HOST:PORT[/DB]"),
+            )
+        })?;
+        let info = client.get_connection_info();
+        let target = info.addr().to_string();
+        Ok(Conn {
+            client,
+            target,
+            options,
+            cached: Mutex::new(None),
+        })
+    }
+
+    async fn get(&self) -> Result<MultiplexedConnection, BackendError> {
+        if let Some(c) = self.cached.lock().expect("poisoned").clone() {
+            return Ok(c);
+        }
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.options.connect_timeout))
+            .set_response_timeout(Some(self.options.response_timeout));
+        let bound = self.options.connect_timeout + self.options.response_timeout;
+        let conn = tokio::time::timeout(
+            bound,
+            self.client
+                .get_multiplexed_async_connection_with_config(&config),
+        )
+        .await
+        .map_err(|_| BackendError::Timeout {
+            backend: BACKEND,
+            operation: "connect",
+            after: bound,
+        })?
+        .map_err(|e| BackendError::Connect {
+            backend: BACKEND,
+            target: self.target.clone(),
+            detail: e.to_string(),
+        })?;
+        *self.cached.lock().expect("poisoned") = Some(conn.clone());
+        Ok(conn)
+    }
+
+    async fn run<T: redis::FromRedisValue>(
+        &self,
+        operation: &'static str,
+        invocation: redis::ScriptInvocation<'_>,
+    ) -> Result<T, BackendError> {
+        let mut conn = self.get().await?;
+        let bound = self.options.response_timeout + Duration::from_millis(100);
+        let result = tokio::time::timeout(bound, invocation.invoke_async::<T>(&mut conn)).await;
+        match result {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => {
+                if e.is_io_error() || e.is_connection_dropped() || e.is_timeout() {
+                    *self.cached.lock().expect("poisoned") = None;
+                }
+                Err(BackendError::Server {
+                    backend: BACKEND,
+                    operation,
+                    detail: e.to_string(),
+                })
+            }
+            Err(_) => {
+                *self.cached.lock().expect("poisoned") = None;
+                Err(BackendError::Timeout {
+                    backend: BACKEND,
+                    operation,
+                    after: bound,
+                })
+            }
+        }
+    }
+}
+
+/// A Redis lease lock with fencing tokens.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), fencecheck::backend::BackendError> {
+/// use fencecheck::backend::{Acquired, LockService, RedisLock};
+/// use std::time::Duration;
+///
+/// let lock = RedisLock::connect("redis://127.0.0.1:6379", "nightly", Duration::from_secs(30))?;
+/// if let Acquired::Granted(grant) = lock.try_acquire("worker-1").await? {
+///     // ... write with grant.token to fenced storage ...
+///     lock.release("worker-1", grant.token).await?;
+/// }
+/// # Ok(()) }
+/// ```
+pub struct RedisLock {
+    conn: Conn,
+    name: String,
+    ttl: Duration,
+    lock_key: String,
+    token_key: String,
+    seen: AtomicU64,
+}
+
+impl RedisLock {
+    /// A lock named `name` with lease `ttl` on the Redis at `url` (`redis://HOST:PORT`). Checks
+    /// its arguments; connects on first use.
+    pub fn connect(url: &str, name: &str, ttl: Duration) -> Result<Self, BackendError> {
+        Self::connect_with(url, name, ttl, RedisOptions::default())
+    }
+
+    /// [`connect`](Self::connect) with explicit timeouts.
+    pub fn connect_with(
+        url: &str,
+        name: &str,
+        ttl: Duration,
+        options: RedisOptions,
+    ) -> Result<Self, BackendError> {
+        validate_name("lock name", name)?;
+        validate_ttl(ttl)?;
+        Ok(RedisLock {
+            conn: Conn::open(url, options)?,
+            name: name.to_string(),
+            ttl,
+            lock_key: format!("fencecheck:{{{name}}}:lock"),
+            token_key: format!("fencecheck:{{{name}}}:token"),
+            seen: AtomicU64::new(0),
+        })
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The Redis keys holding the lease and the token counter.
+    pub fn keys(&self) -> (&str, &str) {
+        (&self.lock_key, &self.token_key)
+    }
+
+    /// The highest token this client has been granted or seen held.
+    pub fn highest_seen(&self) -> Option<Token> {
+        match self.seen.load(Ordering::Acquire) {
+            0 => None,
+            t => Some(Token::new(t)),
+        }
+    }
+
+    fn saw(&self, token: u64) {
+        self.seen.fetch_max(token, Ordering::AcqRel);
+    }
+
+    /// Raises the token counter to at least `floor` (for example the fenced storage's highest
+    /// token after the counter was lost) and returns the counter's value.
+    pub async fn raise_token_floor(&self, floor: Token) -> Result<Token, BackendError> {
+        let mut inv = RAISE_FLOOR.key(&self.token_key);
+        inv.arg(floor.get());
+        let v: u64 = self.conn.run("raise token floor", inv).await?;
+        Ok(Token::new(v))
+    }
+
+    fn ttl_ms(&self) -> u64 {
+        self.ttl.as_millis() as u64
+    }
+}
+
+fn held_value(owner: &str, token: Token) -> String {
+    format!("{token}:{owner}")
+}
+
+fn parse_token(operation: &'static str, raw: &str) -> Result<u64, BackendError> {
+    raw.parse().map_err(|_| BackendError::Server {
+        backend: BACKEND,
+        operation,
+        detail: format!("expected a token, got {raw:?}"),
+    })
+}
+
+impl LockService for RedisLock {
+    fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    async fn try_acquire(&self, owner: &str) -> Result<Acquired, BackendError> {
+        validate_name("owner", owner)?;
+        let mut inv = ACQUIRE.key(&self.lock_key);
+        inv.key(&self.token_key)
+            .arg(owner)
+            .arg(self.ttl_ms())
+            .arg(self.seen.load(Ordering::Acquire));
+        let sent_at = Instant::now();
+        let (status, value, pttl): (i64, String, i64) = self.conn.run("acquire", inv).await?;
+        match status {
+            1 => {
+                let token = parse_token("acquire", &value)?;
+                self.saw(token);
+                Ok(Acquired::Granted(Grant {
+                    token: Token::new(token),
+                    owner: owner.to_string(),
+                    ttl: self.ttl,
+                    sent_at,
+                }))
+            }
+            0 => {
+                let (token, holder) = value.split_once(':').unwrap_or((value.as_str(), ""));
+                if let Ok(t) = token.parse::<u64>() {
+                    self.saw(t);
+                }
+                Ok(Acquired::Busy {
+                    holder: Some(holder.to_string()),
+                    remaining: u64::try_from(pttl).ok().map(Duration::from_millis),
+                })
+            }
+            _ => Err(BackendError::TokenRegressed {
+                name: self.name.clone(),
+                issued: Token::new(parse_token("acquire", &value)?),
+                seen: self.highest_seen().unwrap_or(Token::new(0)),
+            }),
+        }
+    }
+
+    async fn extend(&self, owner: &str, token: Token) -> Result<Option<Grant>, BackendError> {
+        let mut inv = EXTEND.key(&self.lock_key);
+        inv.arg(held_value(owner, token)).arg(self.ttl_ms());
+        let sent_at = Instant::now();
+        let done: i64 = self.conn.run("extend", inv).await?;
+        Ok((done == 1).then(|| Grant {
+            token,
+            owner: owner.to_string(),
+            ttl: self.ttl,
+            sent_at,
+        }))
+    }
+
+    async fn release(&self, owner: &str, token: Token) -> Result<bool, BackendError> {
+        let mut inv = RELEASE.key(&self.lock_key);
+        inv.arg(held_value(owner, token));
+        let done: i64 = self.conn.run("release", inv).await?;
+        Ok(done == 1)
+    }
+}
+
+/// A Redis key-value store that applies the fencing rule in a compare-and-set script. Each key
+/// is a hash `{token, value}` at `PREFIX:{KEY}`.
+pub struct RedisFencedStore {
+    conn: Conn,
+    prefix: String,
+    policy: FencePolicy,
+}
+
+impl RedisFencedStore {
+    /// A fenced store on the Redis at `url`, keys under `prefix`.
+    pub fn connect(url: &str, prefix: &str) -> Result<Self, BackendError> {
+        Self::connect_with(url, prefix, FencePolicy::Fenced, RedisOptions::default())
+    }
+
+    /// A store with the given policy; [`FencePolicy::AcceptAll`] is the unfenced negative control
+    /// (it still tracks the highest token, but stores every write).
+    pub fn connect_with(
+        url: &str,
+        prefix: &str,
+        policy: FencePolicy,
+        options: RedisOptions,
+    ) -> Result<Self, BackendError> {
+        validate_name("key prefix", prefix)?;
+        Ok(RedisFencedStore {
+            conn: Conn::open(url, options)?,
+            prefix: prefix.to_string(),
+            policy,
+        })
+    }
+
+    fn key(&self, key: &str) -> Result<String, BackendError> {
+        validate_name("key", key)?;
+        Ok(format!("{}:{{{key}}}", self.prefix))
+    }
+}
+
+impl FencedStorage for RedisFencedStore {
+    async fn write(
+        &self,
+        key: &str,
+        token: Token,
+        value: &[u8],
+    ) -> Result<WriteOutcome, BackendError> {
+        let key = self.key(key)?;
+        let policy = match self.policy {
+            FencePolicy::Fenced => "fenced",
+            FencePolicy::AcceptAll => "all",
+        };
+        let mut inv = FENCED_WRITE.key(key);
+        inv.arg(token.get()).arg(value).arg(policy);
+        let (stored, highest): (i64, String) = self.conn.run("fenced write", inv).await?;
+        if stored == 1 {
+            Ok(WriteOutcome::Accepted)
+        } else {
+            Ok(WriteOutcome::Stale(StaleWrite {
+                token,
+                highest: Token::new(parse_token("fenced write", &highest)?),
+            }))
+        }
+    }
+
+    async fn read(&self, key: &str) -> Result<Option<Stored>, BackendError> {
+        let key = self.key(key)?;
+        let script = Script::new(
+            "return {redis.call('HGET', KEYS[1], 'token'), redis.call('HGET', KEYS[1], 'value')}",
+        );
+        let inv = script.key(key);
+        let (token, value): (Option<String>, Option<Vec<u8>>) = self.conn.run("read", inv).await?;
+        match token {
+            None => Ok(None),
+            Some(t) => Ok(Some(Stored {
+                token: Token::new(parse_token("read", &t)?),
+                value: value.unwrap_or_default(),
+            })),
+        }
+    }
+}

@@ -1,0 +1,425 @@
+//! Throwaway servers for tests, demos and benchmarks: `redis-server` and a PostgreSQL cluster,
+//! each on 127.0.0.1 at a free port with its own temporary directory, stopped (by the PID this
+//! process started) and removed when dropped.
+//!
+//! PostgreSQL refuses to run as root; when this process is root the cluster is created and run as
+//! the `postgres` user.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Set to `1` to make a missing server binary a test failure instead of a skip.
+pub const REQUIRE_SERVERS_ENV: &str = "FENCECHECK_REQUIRE_SERVERS";
+
+/// Whether `FENCECHECK_REQUIRE_SERVERS=1`.
+pub fn servers_required() -> bool {
+    std::env::var(REQUIRE_SERVERS_ENV).is_ok_and(|v| v == "1")
+}
+
+/// A server could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// The server's binary is not installed.
+    #[error("{binary} is not installed ({hint})")]
+    Missing {
+        /// The binary looked for.
+        binary: String,
+        /// How to install it.
+        hint: &'static str,
+    },
+    /// It is installed but did not start.
+    #[error("{what} failed: {detail}")]
+    Failed {
+        /// What was being done.
+        what: String,
+        /// Why, with the server's log tail.
+        detail: String,
+    },
+}
+
+impl ServerError {
+    /// Whether the binary is missing (a skip, unless servers are required).
+    pub fn is_missing(&self) -> bool {
+        matches!(self, ServerError::Missing { .. })
+    }
+}
+
+fn failed(what: impl Into<String>, detail: impl ToString) -> ServerError {
+    ServerError::Failed {
+        what: what.into(),
+        detail: detail.to_string(),
+    }
+}
+
+/// A free TCP port on 127.0.0.1 (bound, then released for the server to take).
+pub fn free_port() -> std::io::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// A directory removed when dropped.
+#[derive(Debug)]
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    /// A new empty directory under the system temp dir, named after `label`.
+    pub fn new(label: &str) -> std::io::Result<Self> {
+        static SEQ: AtomicU64 = AtomicU64::new(0);
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let path = std::env::temp_dir().join(format!(
+            "fencecheck-{label}-{}-{}-{nanos}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&path)?;
+        Ok(TempDir(path))
+    }
+
+    /// Its path.
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn find_on_path(binary: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(binary))
+        .find(|p| p.is_file())
+}
+
+fn log_tail(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    let tail = lines[lines.len().saturating_sub(8)..].join("\n");
+    if tail.is_empty() {
+        "(log empty)".into()
+    } else {
+        format!("log tail:\n{tail}")
+    }
+}
+
+/// Sends `signal` to `pid` (a process this harness started).
+pub fn signal(pid: u32, signal: i32) -> std::io::Result<()> {
+    // SAFETY: kill(2) with a PID we started and a valid signal number has no memory effects.
+    let rc = unsafe { libc::kill(pid as libc::pid_t, signal) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+fn stop_child(child: &mut Child, first: i32, grace: Duration) {
+    if let Ok(Some(_)) = child.try_wait() {
+        return;
+    }
+    let _ = signal(child.id(), first);
+    let until = Instant::now() + grace;
+    while Instant::now() < until {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// A `redis-server` of our own.
+#[derive(Debug)]
+pub struct RedisServer {
+    child: Option<Child>,
+    port: u16,
+    persistent: bool,
+    dir: TempDir,
+}
+
+impl RedisServer {
+    /// Starts `redis-server` on a free port. With `persistent`, every write is in an append-only
+    /// file synced before the reply (`appendonly yes`, `appendfsync always`), so a `kill -9`
+    /// loses nothing; without, a restart starts empty.
+    pub fn start(persistent: bool) -> Result<Self, ServerError> {
+        if find_on_path("redis-server").is_none() {
+            return Err(ServerError::Missing {
+                binary: "redis-server".into(),
+                hint: "Debian: apt-get install redis-server",
+            });
+        }
+        let dir = TempDir::new("redis").map_err(|e| failed("creating a temp dir", e))?;
+        let port = free_port().map_err(|e| failed("finding a free port", e))?;
+        let mut server = RedisServer {
+            child: None,
+            port,
+            persistent,
+            dir,
+        };
+        server.spawn()?;
+        Ok(server)
+    }
+
+    fn spawn(&mut self) -> Result<(), ServerError> {
+        let log = self.dir.path().join("redis.log");
+        let mut cmd = Command::new("redis-server");
+        cmd.args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--daemonize", "no", "--protected-mode", "yes"])
+            .arg("--dir")
+            .arg(self.dir.path())
+            .arg("--logfile")
+            .arg(&log);
+        if self.persistent {
+            cmd.args(["--appendonly", "yes", "--appendfsync", "always"]);
+        } else {
+            cmd.args(["--appendonly", "no"]);
+        }
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| failed("starting redis-server", e))?;
+        self.child = Some(child);
+        let until = Instant::now() + Duration::from_secs(10);
+        loop {
+            if self.ping() {
+                return Ok(());
+            }
+            if let Some(Ok(Some(status))) = self.child.as_mut().map(|c| c.try_wait()) {
+                return Err(failed(
+                    format!("redis-server on port {}", self.port),
+                    format!("exited with {status}; {}", log_tail(&log)),
+                ));
+            }
+            if Instant::now() > until {
+                return Err(failed(
+                    format!("redis-server on port {}", self.port),
+                    format!("not answering PING after 10 s; {}", log_tail(&log)),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn ping(&self) -> bool {
+        let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) else {
+            return false;
+        };
+        let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+        let mut buf = [0u8; 7];
+        s.write_all(b"PING\r\n").is_ok()
+            && s.read_exact(&mut buf).is_ok()
+            && &buf == b"+PONG\r\n"
+    }
+
+    /// `redis://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// The port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The server's PID while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    /// `kill -9` the server (no chance to save anything).
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Kills the server with SIGKILL if it runs, then starts it again on the same port and
+    /// directory (so a persistent server reloads its append-only file).
+    pub fn restart(&mut self) -> Result<(), ServerError> {
+        self.kill9();
+        self.spawn()
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            stop_child(&mut child, libc::SIGTERM, Duration::from_secs(2));
+        }
+    }
+}
+
+/// A throwaway PostgreSQL cluster of our own.
+#[derive(Debug)]
+pub struct PgServer {
+    child: Child,
+    port: u16,
+    _dir: TempDir,
+}
+
+fn pg_bin_dir() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("FENCECHECK_PG_BIN") {
+        return Some(PathBuf::from(dir));
+    }
+    let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .ok()?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let v = e.file_name().to_string_lossy().parse::<u32>().ok()?;
+            let bin = e.path().join("bin");
+            bin.join("postgres").is_file().then_some((v, bin))
+        })
+        .collect();
+    versions.sort();
+    versions
+        .pop()
+        .map(|(_, bin)| bin)
+        .or_else(|| find_on_path("initdb").and_then(|p| p.parent().map(Path::to_path_buf)))
+}
+
+/// The uid and gid to run PostgreSQL as: the `postgres` user when we are root, else ourselves.
+fn pg_identity() -> Result<Option<(u32, u32)>, ServerError> {
+    // SAFETY: getuid has no preconditions.
+    if unsafe { libc::getuid() } != 0 {
+        return Ok(None);
+    }
+    let name = std::ffi::CString::new("postgres").expect("no NUL");
+    // SAFETY: getpwnam with a valid C string; the result is read at once, before any other call
+    // that could overwrite its static buffer.
+    let pw = unsafe { libc::getpwnam(name.as_ptr()) };
+    if pw.is_null() {
+        return Err(failed(
+            "running PostgreSQL as root",
+            "PostgreSQL refuses to run as root and there is no `postgres` user to run it as \
+             (Debian: apt-get install postgresql creates one)",
+        ));
+    }
+    // SAFETY: pw is non-null and points to a valid passwd record.
+    let (uid, gid) = unsafe { ((*pw).pw_uid, (*pw).pw_gid) };
+    Ok(Some((uid, gid)))
+}
+
+impl PgServer {
+    /// Creates a cluster in a temp dir (trust authentication, user `postgres`, fsync off) and
+    /// starts it on a free port of 127.0.0.1.
+    pub fn start() -> Result<Self, ServerError> {
+        use std::os::unix::process::CommandExt;
+        let bin = pg_bin_dir().ok_or(ServerError::Missing {
+            binary: "postgres (PostgreSQL server)".into(),
+            hint: "Debian: apt-get install postgresql; or set FENCECHECK_PG_BIN to its bin dir",
+        })?;
+        let identity = pg_identity()?;
+        let dir = TempDir::new("pg").map_err(|e| failed("creating a temp dir", e))?;
+        if let Some((uid, gid)) = identity {
+            std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid))
+                .map_err(|e| failed("handing the temp dir to the postgres user", e))?;
+        }
+        let as_pg = |cmd: &mut Command| {
+            if let Some((uid, gid)) = identity {
+                cmd.uid(uid).gid(gid).env("HOME", "/tmp");
+            }
+        };
+        let data = dir.path().join("data");
+        let log = dir.path().join("postgres.log");
+        let mut initdb = Command::new(bin.join("initdb"));
+        initdb
+            .arg("-D")
+            .arg(&data)
+            .args(["-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"])
+            .stdin(Stdio::null());
+        as_pg(&mut initdb);
+        let out = initdb
+            .output()
+            .map_err(|e| failed(format!("running {}", bin.join("initdb").display()), e))?;
+        if !out.status.success() {
+            return Err(failed(
+                "initdb",
+                String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            ));
+        }
+        let port = free_port().map_err(|e| failed("finding a free port", e))?;
+        let log_file =
+            std::fs::File::create(&log).map_err(|e| failed("creating the server log", e))?;
+        if let Some((uid, gid)) = identity {
+            let _ = std::os::unix::fs::chown(&log, Some(uid), Some(gid));
+        }
+        let mut postgres = Command::new(bin.join("postgres"));
+        postgres
+            .arg("-D")
+            .arg(&data)
+            .args(["-p", &port.to_string(), "-k"])
+            .arg(dir.path())
+            .args(["-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log_file);
+        as_pg(&mut postgres);
+        let mut child = postgres
+            .spawn()
+            .map_err(|e| failed("starting postgres", e))?;
+        let until = Instant::now() + Duration::from_secs(30);
+        loop {
+            let ready = Command::new(bin.join("pg_isready"))
+                .args(["-q", "-h", "127.0.0.1", "-p", &port.to_string(), "-t", "1"])
+                .status()
+                .is_ok_and(|s| s.success());
+            if ready {
+                break;
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                return Err(failed(
+                    format!("postgres on port {port}"),
+                    format!("exited with {status}; {}", log_tail(&log)),
+                ));
+            }
+            if Instant::now() > until {
+                stop_child(&mut child, libc::SIGQUIT, Duration::from_secs(2));
+                return Err(failed(
+                    format!("postgres on port {port}"),
+                    format!("not ready after 30 s; {}", log_tail(&log)),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(PgServer {
+            child,
+            port,
+            _dir: dir,
+        })
+    }
+
+    /// A connection string for user `postgres`, database `postgres`.
+    pub fn url(&self) -> String {
+        format!("host=127.0.0.1 port={} user=postgres dbname=postgres", self.port)
+    }
+
+    /// The port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The postmaster's PID.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for PgServer {
+    fn drop(&mut self) {
+        // SIGQUIT: immediate shutdown; the cluster is thrown away anyway.
+        stop_child(&mut self.child, libc::SIGQUIT, Duration::from_secs(5));
+    }
+}
