@@ -19,10 +19,7 @@ pub struct KeepaliveOptions {
 
 impl KeepaliveOptions {
     fn resolve(self, ttl: Duration) -> (Duration, Duration) {
-        let every = self
-            .every
-            .unwrap_or(ttl / 3)
-            .max(Duration::from_millis(1));
+        let every = self.every.unwrap_or(ttl / 3).max(Duration::from_millis(1));
         let drift = self.drift.unwrap_or(ttl / 100 + Duration::from_millis(2));
         (every, drift)
     }
@@ -169,7 +166,8 @@ impl<L: LockService + 'static> HeldLease<L> {
         if let Some(r) = self.lost.borrow().clone() {
             return Some(r);
         }
-        (Instant::now() >= self.deadline()).then_some(LostReason::DeadlinePassed { last_error: None })
+        (Instant::now() >= self.deadline())
+            .then_some(LostReason::DeadlinePassed { last_error: None })
     }
 
     /// Waits until the lease is lost and says why.

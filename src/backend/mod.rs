@@ -245,7 +245,10 @@ pub trait FencedStorage: Send + Sync {
 /// braces (they would break Redis Cluster hash tags).
 pub fn validate_name(what: &'static str, name: &str) -> Result<(), BackendError> {
     if name.is_empty() {
-        return Err(BackendError::invalid(what, "it is empty; give a name such as nightly-job"));
+        return Err(BackendError::invalid(
+            what,
+            "it is empty; give a name such as nightly-job",
+        ));
     }
     if name.len() > 200 {
         return Err(BackendError::invalid(
@@ -253,7 +256,10 @@ pub fn validate_name(what: &'static str, name: &str) -> Result<(), BackendError>
             format!("it is {} bytes long; at most 200 are allowed", name.len()),
         ));
     }
-    if let Some(c) = name.chars().find(|c| c.is_control() || *c == '{' || *c == '}') {
+    if let Some(c) = name
+        .chars()
+        .find(|c| c.is_control() || *c == '{' || *c == '}')
+    {
         return Err(BackendError::invalid(
             what,
             format!("{name:?} contains {c:?}; braces and control characters are not allowed"),
@@ -273,7 +279,9 @@ pub fn validate_ttl(ttl: Duration) -> Result<(), BackendError> {
     if ttl > MAX_TTL {
         return Err(BackendError::invalid(
             "ttl",
-            format!("{ttl:?} is longer than the 24 h maximum; a crashed holder would block that long"),
+            format!(
+                "{ttl:?} is longer than the 24 h maximum; a crashed holder would block that long"
+            ),
         ));
     }
     Ok(())
@@ -305,12 +313,21 @@ mod tests {
     fn names_and_ttls_are_checked() {
         assert!(validate_name("lock name", "nightly").is_ok());
         let e = validate_name("lock name", "").unwrap_err().to_string();
-        assert_eq!(e, "invalid lock name: it is empty; give a name such as nightly-job");
-        assert!(validate_name("lock name", "a{b}").unwrap_err().to_string().contains("'{'"));
+        assert_eq!(
+            e,
+            "invalid lock name: it is empty; give a name such as nightly-job"
+        );
+        assert!(validate_name("lock name", "a{b}")
+            .unwrap_err()
+            .to_string()
+            .contains("'{'"));
         assert!(validate_name("lock name", "a\nb").is_err());
         assert!(validate_name("lock name", &"x".repeat(201)).is_err());
         assert!(validate_name("lock name", &"x".repeat(200)).is_ok());
-        assert!(validate_ttl(Duration::ZERO).unwrap_err().to_string().contains("shorter than 1 ms"));
+        assert!(validate_ttl(Duration::ZERO)
+            .unwrap_err()
+            .to_string()
+            .contains("shorter than 1 ms"));
         assert!(validate_ttl(Duration::from_micros(999)).is_err());
         assert!(validate_ttl(Duration::from_millis(1)).is_ok());
         assert!(validate_ttl(MAX_TTL).is_ok());

@@ -44,7 +44,10 @@ fn sql_token(token: Token) -> Result<i64, BackendError> {
     i64::try_from(token.get()).map_err(|_| {
         BackendError::invalid(
             "token",
-            format!("{token} does not fit PostgreSQL's bigint (at most {})", i64::MAX),
+            format!(
+                "{token} does not fit PostgreSQL's bigint (at most {})",
+                i64::MAX
+            ),
         )
     })
 }
@@ -60,7 +63,9 @@ fn validate_table(table: &str) -> Result<(), BackendError> {
     } else {
         Err(BackendError::invalid(
             "table name",
-            format!("{table:?}; expected 1-63 ASCII letters, digits or _, not starting with a digit"),
+            format!(
+                "{table:?}; expected 1-63 ASCII letters, digits or _, not starting with a digit"
+            ),
         ))
     }
 }
@@ -261,12 +266,7 @@ impl FencedStorage for PgFencedStore {
 
     async fn read(&self, key: &str) -> Result<Option<Stored>, BackendError> {
         validate_name("key", key)?;
-        let rows = bounded(
-            "read",
-            self.timeout,
-            self.client.query(&self.read, &[&key]),
-        )
-        .await?;
+        let rows = bounded("read", self.timeout, self.client.query(&self.read, &[&key])).await?;
         Ok(rows.first().map(|row| Stored {
             token: Token::new(row.get::<_, i64>(0) as u64),
             value: row.get::<_, Vec<u8>>(1),

@@ -218,9 +218,7 @@ impl RedisServer {
         };
         let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
         let mut buf = [0u8; 7];
-        s.write_all(b"PING\r\n").is_ok()
-            && s.read_exact(&mut buf).is_ok()
-            && &buf == b"+PONG\r\n"
+        s.write_all(b"PING\r\n").is_ok() && s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
     }
 
     /// `redis://127.0.0.1:PORT`.
@@ -403,7 +401,10 @@ impl PgServer {
 
     /// A connection string for user `postgres`, database `postgres`.
     pub fn url(&self) -> String {
-        format!("host=127.0.0.1 port={} user=postgres dbname=postgres", self.port)
+        format!(
+            "host=127.0.0.1 port={} user=postgres dbname=postgres",
+            self.port
+        )
     }
 
     /// The port.
@@ -421,5 +422,21 @@ impl Drop for PgServer {
     fn drop(&mut self) {
         // SIGQUIT: immediate shutdown; the cluster is thrown away anyway.
         stop_child(&mut self.child, libc::SIGQUIT, Duration::from_secs(5));
+    }
+}
+
+/// For tests: the started server, or `None` after a loud notice when its binary is missing and
+/// `FENCECHECK_REQUIRE_SERVERS` is not `1`. Panics when the server is required, or installed but
+/// failing to start.
+pub fn started_or_skip<T>(test: &str, started: Result<T, ServerError>) -> Option<T> {
+    match started {
+        Ok(server) => Some(server),
+        Err(e) if e.is_missing() && !servers_required() => {
+            eprintln!(
+                "\n*** SKIPPED {test}: {e}. Set {REQUIRE_SERVERS_ENV}=1 to make this a failure. ***\n"
+            );
+            None
+        }
+        Err(e) => panic!("{test}: {e}"),
     }
 }

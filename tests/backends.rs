@@ -1,0 +1,423 @@
+//! The Redis lock, the Redis and PostgreSQL fenced stores, and keepalive, on real servers this
+//! test starts (127.0.0.1, free ports, temp dirs). A missing server binary is a loud skip, or a
+//! failure under FENCECHECK_REQUIRE_SERVERS=1.
+
+use fencecheck::backend::servers::{started_or_skip, PgServer, RedisServer};
+use fencecheck::backend::{
+    hold, Acquired, BackendError, FencedStorage, Grant, KeepaliveOptions, LocalFencedMap,
+    LocalLock, LockService, LostReason, PgFencedStore, RedisFencedStore, RedisLock, RedisOptions,
+    WriteOutcome,
+};
+use fencecheck::protocol::{FencePolicy, StaleWrite, Token};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn granted(a: Acquired) -> Grant {
+    match a {
+        Acquired::Granted(g) => g,
+        other => panic!("expected a grant, got {other:?}"),
+    }
+}
+
+fn stale(token: u64, highest: u64) -> WriteOutcome {
+    WriteOutcome::Stale(StaleWrite {
+        token: Token::new(token),
+        highest: Token::new(highest),
+    })
+}
+
+/// The lock contract, on any backend: one holder, increasing tokens, stale calls refused,
+/// stealing only after expiry.
+async fn lock_contract<L: LockService>(lock: &L) {
+    let a = granted(lock.try_acquire("a").await.unwrap());
+    let Acquired::Busy { holder, remaining } = lock.try_acquire("b").await.unwrap() else {
+        panic!("b acquired a held lock");
+    };
+    assert_eq!(holder.as_deref(), Some("a"));
+    assert!(remaining.unwrap() <= lock.ttl());
+    assert!(lock.extend("a", a.token).await.unwrap().is_some());
+    assert!(
+        lock.extend("b", a.token).await.unwrap().is_none(),
+        "wrong owner extended"
+    );
+    assert!(
+        !lock.release("b", a.token).await.unwrap(),
+        "wrong owner released"
+    );
+    assert!(lock.release("a", a.token).await.unwrap());
+    assert!(!lock.release("a", a.token).await.unwrap(), "double release");
+
+    let b = granted(lock.try_acquire("b").await.unwrap());
+    assert!(b.token > a.token);
+    assert!(
+        !lock.release("a", a.token).await.unwrap(),
+        "stale token released"
+    );
+    // Expiry: after the TTL someone else may take it, with a larger token; the old holder's
+    // extend and release are refused.
+    tokio::time::sleep(lock.ttl() + Duration::from_millis(30)).await;
+    let c = granted(lock.try_acquire("c").await.unwrap());
+    assert!(c.token > b.token);
+    assert!(lock.extend("b", b.token).await.unwrap().is_none());
+    assert!(!lock.release("b", b.token).await.unwrap());
+    // acquire with a timeout gives up on time while c holds it, then gets it after release.
+    let t0 = Instant::now();
+    assert!(lock
+        .acquire("d", Duration::from_millis(60))
+        .await
+        .unwrap()
+        .is_none());
+    let waited = t0.elapsed();
+    assert!(
+        waited >= Duration::from_millis(60),
+        "gave up early: {waited:?}"
+    );
+    assert!(waited < Duration::from_secs(1), "gave up late: {waited:?}");
+    assert!(lock.release("c", c.token).await.unwrap());
+    let d = lock
+        .acquire("d", Duration::from_secs(1))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(d.token > c.token);
+    lock.release("d", d.token).await.unwrap();
+}
+
+/// The storage contract, on any backend; `fenced = false` is the accept-all control.
+async fn storage_contract<S: FencedStorage>(store: &S, fenced: bool) {
+    assert_eq!(store.read("k").await.unwrap(), None);
+    assert_eq!(
+        store.write("k", Token::new(2), b"two").await.unwrap(),
+        WriteOutcome::Accepted
+    );
+    assert_eq!(
+        store.write("k", Token::new(2), b"two again").await.unwrap(),
+        WriteOutcome::Accepted
+    );
+    let late = store.write("k", Token::new(1), b"one").await.unwrap();
+    let read = store.read("k").await.unwrap().unwrap();
+    assert_eq!(read.token, Token::new(2));
+    if fenced {
+        assert_eq!(late, stale(1, 2));
+        assert_eq!(read.value, b"two again");
+    } else {
+        assert_eq!(late, WriteOutcome::Accepted);
+        assert_eq!(read.value, b"one");
+    }
+    assert_eq!(
+        store.write("k", Token::new(3), b"three").await.unwrap(),
+        WriteOutcome::Accepted
+    );
+    assert_eq!(
+        store.write("other", Token::new(1), b"x").await.unwrap(),
+        WriteOutcome::Accepted
+    );
+    assert_eq!(store.read("k").await.unwrap().unwrap().value, b"three");
+}
+
+#[tokio::test]
+async fn in_process_backend_meets_the_contract() {
+    lock_contract(&LocalLock::new(Duration::from_millis(150)).unwrap()).await;
+    storage_contract(&LocalFencedMap::new(FencePolicy::Fenced), true).await;
+    storage_contract(&LocalFencedMap::new(FencePolicy::AcceptAll), false).await;
+}
+
+#[tokio::test]
+async fn redis_lock_and_store_meet_the_contract() {
+    let Some(redis) = started_or_skip("redis contract", RedisServer::start(false)) else {
+        return;
+    };
+    let lock = RedisLock::connect(&redis.url(), "contract", Duration::from_millis(150)).unwrap();
+    lock_contract(&lock).await;
+    storage_contract(
+        &RedisFencedStore::connect(&redis.url(), "fenced").unwrap(),
+        true,
+    )
+    .await;
+    let unfenced = RedisFencedStore::connect_with(
+        &redis.url(),
+        "unfenced",
+        FencePolicy::AcceptAll,
+        RedisOptions::default(),
+    )
+    .unwrap();
+    storage_contract(&unfenced, false).await;
+}
+
+#[tokio::test]
+async fn redis_lock_keeps_its_keys_in_one_cluster_slot() {
+    let lock = RedisLock::connect(
+        "redis://127.0.0.1:1",
+        "jobs/nightly",
+        Duration::from_secs(1),
+    )
+    .unwrap();
+    let (lock_key, token_key) = lock.keys();
+    assert_eq!(lock_key, "fencecheck:{jobs/nightly}:lock");
+    assert_eq!(token_key, "fencecheck:{jobs/nightly}:token");
+}
+
+#[tokio::test]
+async fn postgres_store_meets_the_contract_and_fences_a_transaction() {
+    let Some(pg) = started_or_skip("postgres contract", PgServer::start()) else {
+        return;
+    };
+    let store = PgFencedStore::connect(&pg.url(), "fenced").await.unwrap();
+    storage_contract(&store, true).await;
+    let unfenced = PgFencedStore::connect_with(
+        &pg.url(),
+        "unfenced",
+        FencePolicy::AcceptAll,
+        Duration::from_secs(5),
+    )
+    .await
+    .unwrap();
+    storage_contract(&unfenced, false).await;
+
+    // The guard inside the user's own transaction.
+    let (mut client, conn) = tokio_postgres::connect(&pg.url(), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    client
+        .batch_execute("CREATE TABLE ledger (n int); INSERT INTO ledger VALUES (0)")
+        .await
+        .unwrap();
+    for (token, expect_ok) in [(5u64, true), (4, false), (5, true), (6, true), (1, false)] {
+        let tx = client.transaction().await.unwrap();
+        let outcome = store.fence(&tx, "ledger", Token::new(token)).await.unwrap();
+        assert_eq!(
+            outcome.is_accepted(),
+            expect_ok,
+            "token {token}: {outcome:?}"
+        );
+        if outcome.is_accepted() {
+            tx.execute("UPDATE ledger SET n = n + 1", &[])
+                .await
+                .unwrap();
+            tx.commit().await.unwrap();
+        } else {
+            assert_eq!(outcome, stale(token, if token == 4 { 5 } else { 6 }));
+        }
+    }
+    let n: i32 = client
+        .query_one("SELECT n FROM ledger", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 3);
+}
+
+#[tokio::test]
+async fn bad_input_is_a_clear_error_not_a_hang() {
+    let ttl = Duration::from_secs(30);
+    let e = RedisLock::connect("127.0.0.1:6379", "x", ttl)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.starts_with("invalid redis url: \"127.0.0.1:6379\""),
+        "{e}"
+    );
+    let e = RedisLock::connect("redis://127.0.0.1:1", "", ttl)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("invalid lock name: it is empty"), "{e}");
+    let e = RedisLock::connect("redis://127.0.0.1:1", "x", Duration::ZERO)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("invalid ttl"), "{e}");
+    let e = RedisLock::connect("redis://127.0.0.1:1", "x", Duration::from_secs(90_000))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("longer than the 24 h maximum"), "{e}");
+
+    // Nothing listens on the port: the error comes quickly and names the address.
+    let port = fencecheck::backend::servers::free_port().unwrap();
+    let lock = RedisLock::connect(&format!("redis://127.0.0.1:{port}"), "x", ttl).unwrap();
+    let t0 = Instant::now();
+    let e = lock.try_acquire("a").await.unwrap_err();
+    assert!(
+        t0.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        t0.elapsed()
+    );
+    assert!(matches!(e, BackendError::Connect { .. }), "{e}");
+    assert!(e.to_string().contains(&format!("127.0.0.1:{port}")), "{e}");
+
+    let t0 = Instant::now();
+    let e = PgFencedStore::connect(&format!("host=127.0.0.1 port={port} user=postgres"), "t")
+        .await
+        .err()
+        .unwrap();
+    assert!(
+        t0.elapsed() < Duration::from_secs(6),
+        "took {:?}",
+        t0.elapsed()
+    );
+    assert!(e.to_string().contains("cannot connect to postgres"), "{e}");
+    let e = PgFencedStore::connect("host=127.0.0.1 port=notaport", "t")
+        .await
+        .err()
+        .unwrap();
+    assert!(e.to_string().starts_with("invalid postgres url"), "{e}");
+    let e = PgFencedStore::connect("host=127.0.0.1", "drop table")
+        .await
+        .err()
+        .unwrap();
+    assert!(e.to_string().starts_with("invalid table name"), "{e}");
+}
+
+#[tokio::test]
+async fn a_stopped_redis_server_times_out_within_the_bound() {
+    let Some(redis) = started_or_skip("redis timeout", RedisServer::start(false)) else {
+        return;
+    };
+    let options = RedisOptions {
+        connect_timeout: Duration::from_millis(300),
+        response_timeout: Duration::from_millis(300),
+    };
+    let lock = RedisLock::connect_with(&redis.url(), "t", Duration::from_secs(5), options).unwrap();
+    granted(lock.try_acquire("a").await.unwrap());
+    let pid = redis.pid().unwrap();
+    fencecheck::backend::servers::signal(pid, libc::SIGSTOP).unwrap();
+    let t0 = Instant::now();
+    let e = lock.try_acquire("b").await.unwrap_err();
+    let took = t0.elapsed();
+    fencecheck::backend::servers::signal(pid, libc::SIGCONT).unwrap();
+    assert!(took < Duration::from_secs(2), "took {took:?}");
+    assert!(e.to_string().contains("redis"), "{e}");
+}
+
+/// A lock whose replies arrive `delay` after the server acted. With `stamp_on_reply` it
+/// (wrongly) dates each grant from the reply's arrival: the classic keepalive bug.
+struct SlowReplies<L> {
+    inner: L,
+    delay: Duration,
+    stamp_on_reply: bool,
+}
+
+impl<L: LockService> LockService for SlowReplies<L> {
+    fn ttl(&self) -> Duration {
+        self.inner.ttl()
+    }
+    async fn try_acquire(&self, owner: &str) -> Result<Acquired, BackendError> {
+        let r = self.inner.try_acquire(owner).await;
+        tokio::time::sleep(self.delay).await;
+        match r {
+            Ok(Acquired::Granted(mut g)) if self.stamp_on_reply => {
+                g.sent_at = Instant::now();
+                Ok(Acquired::Granted(g))
+            }
+            other => other,
+        }
+    }
+    async fn extend(&self, owner: &str, token: Token) -> Result<Option<Grant>, BackendError> {
+        let r = self.inner.extend(owner, token).await;
+        tokio::time::sleep(self.delay).await;
+        match r {
+            Ok(Some(mut g)) if self.stamp_on_reply => {
+                g.sent_at = Instant::now();
+                Ok(Some(g))
+            }
+            other => other,
+        }
+    }
+    async fn release(&self, owner: &str, token: Token) -> Result<bool, BackendError> {
+        self.inner.release(owner, token).await
+    }
+}
+
+/// The held lease's deadline never passes the server's end of the lease: the request's send
+/// time plus the TTL. Returns whether that held.
+async fn deadline_within_server_lease(stamp_on_reply: bool) -> bool {
+    let ttl = Duration::from_millis(400);
+    let lock = Arc::new(SlowReplies {
+        inner: LocalLock::new(ttl).unwrap(),
+        delay: Duration::from_millis(60),
+        stamp_on_reply,
+    });
+    let sent = Instant::now();
+    let grant = granted(lock.try_acquire("a").await.unwrap());
+    let options = KeepaliveOptions {
+        every: Some(Duration::from_secs(60)),
+        drift: Some(Duration::from_millis(5)),
+    };
+    let held = hold(Arc::clone(&lock), grant, options);
+    held.deadline() <= sent + ttl
+}
+
+#[tokio::test]
+async fn safe_deadline_counts_from_the_request_not_the_reply() {
+    assert!(deadline_within_server_lease(false).await);
+    // Negative control: dating the grant from the reply puts the deadline past the server's.
+    assert!(!deadline_within_server_lease(true).await);
+}
+
+#[tokio::test]
+async fn keepalive_renews_and_signals_loss() {
+    let Some(redis) = started_or_skip("keepalive", RedisServer::start(false)) else {
+        return;
+    };
+    let ttl = Duration::from_millis(300);
+    let options = RedisOptions {
+        connect_timeout: Duration::from_millis(200),
+        response_timeout: Duration::from_millis(200),
+    };
+    let lock = Arc::new(RedisLock::connect_with(&redis.url(), "ka", ttl, options).unwrap());
+    let grant = granted(lock.try_acquire("a").await.unwrap());
+    let mut held = hold(Arc::clone(&lock), grant, KeepaliveOptions::default());
+    // Held across several TTLs by renewals alone.
+    tokio::time::sleep(ttl * 4).await;
+    assert!(!held.is_lost(), "{:?}", held.lost_reason());
+    assert!(matches!(
+        lock.try_acquire("b").await.unwrap(),
+        Acquired::Busy { .. }
+    ));
+    let first_deadline = held.deadline();
+    assert!(first_deadline > Instant::now());
+
+    // The key disappears (as if expired and taken): the next renewal is refused -> Revoked.
+    let (lock_key, _) = lock.keys();
+    let client = redis::Client::open(redis.url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let _: () = redis::cmd("DEL")
+        .arg(lock_key)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let t0 = Instant::now();
+    let reason = tokio::time::timeout(ttl, held.lost())
+        .await
+        .expect("no loss signal");
+    assert_eq!(reason, LostReason::Revoked);
+    assert!(t0.elapsed() < ttl / 3 + Duration::from_millis(60));
+    assert!(held.is_lost());
+
+    // The server stops answering: renewals time out and the deadline ends the lease, no later
+    // than the last successful request's send time + ttl.
+    let grant = granted(lock.try_acquire("c").await.unwrap());
+    let mut held = hold(Arc::clone(&lock), grant, KeepaliveOptions::default());
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let pid = redis.pid().unwrap();
+    fencecheck::backend::servers::signal(pid, libc::SIGSTOP).unwrap();
+    let deadline = held.deadline();
+    let reason = tokio::time::timeout(ttl * 2, held.lost()).await;
+    let at = Instant::now();
+    fencecheck::backend::servers::signal(pid, libc::SIGCONT).unwrap();
+    let reason = reason.expect("no loss signal while the server was stopped");
+    assert!(
+        matches!(reason, LostReason::DeadlinePassed { .. }),
+        "{reason:?}"
+    );
+    assert!(at >= deadline, "signalled before the deadline");
+    assert!(
+        at < deadline + Duration::from_millis(100),
+        "signalled {:?} late",
+        at - deadline
+    );
+    held.release().await.ok();
+}
