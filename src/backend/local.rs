@@ -90,10 +90,11 @@ impl<C: Clock> LockService for LocalLock<C> {
     }
 }
 
-/// An in-process map of fenced keys: each key has its own core [`Fence`].
+/// An in-process map of fenced keys: each key has its own core [`Fence`]. With
+/// [`FencePolicy::AcceptAll`] it is a plain map that keeps the last writer's token.
 pub struct LocalFencedMap {
     policy: FencePolicy,
-    keys: parking_lot::Mutex<HashMap<String, (Fence, Vec<u8>)>>,
+    keys: parking_lot::Mutex<HashMap<String, (Fence, Stored)>>,
 }
 
 impl LocalFencedMap {
@@ -114,12 +115,21 @@ impl FencedStorage for LocalFencedMap {
         value: &[u8],
     ) -> Result<WriteOutcome, BackendError> {
         let mut keys = self.keys.lock();
-        let (fence, stored) = keys
-            .entry(key.to_string())
-            .or_insert_with(|| (Fence::new(self.policy), Vec::new()));
+        let (fence, stored) = keys.entry(key.to_string()).or_insert_with(|| {
+            let empty = Stored {
+                token,
+                value: Vec::new(),
+            };
+            (Fence::new(self.policy), empty)
+        });
         match fence.admit(token) {
             Ok(()) => {
-                *stored = value.to_vec();
+                // Fenced: `token` is the highest; accept-all: the last writer's token, as a
+                // plain overwrite would keep.
+                *stored = Stored {
+                    token,
+                    value: value.to_vec(),
+                };
                 Ok(WriteOutcome::Accepted)
             }
             Err(stale) => Ok(WriteOutcome::Stale(stale)),
@@ -128,11 +138,6 @@ impl FencedStorage for LocalFencedMap {
 
     async fn read(&self, key: &str) -> Result<Option<Stored>, BackendError> {
         let keys = self.keys.lock();
-        Ok(keys.get(key).and_then(|(fence, value)| {
-            fence.highest().map(|token| Stored {
-                token,
-                value: value.clone(),
-            })
-        }))
+        Ok(keys.get(key).map(|(_, stored)| stored.clone()))
     }
 }

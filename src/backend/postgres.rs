@@ -33,11 +33,25 @@ pub struct PgFencedStore {
 }
 
 fn pg_err(operation: &'static str, e: tokio_postgres::Error) -> BackendError {
+    // The crate's Display is just "db error"; the server's code and message are what help.
+    let detail = match e.as_db_error() {
+        Some(db) => format!("{} ({}): {}", db.severity(), db.code().code(), db.message()),
+        None => e.to_string(),
+    };
     BackendError::Server {
         backend: BACKEND,
         operation,
-        detail: e.to_string(),
+        detail,
     }
+}
+
+/// `CREATE TABLE IF NOT EXISTS` is not atomic against itself: two sessions creating the same
+/// table at once can fail with a unique violation on the catalog. Such a failure means the
+/// table now exists.
+fn created_concurrently(e: &tokio_postgres::Error) -> bool {
+    use tokio_postgres::error::SqlState;
+    e.code()
+        .is_some_and(|c| *c == SqlState::UNIQUE_VIOLATION || *c == SqlState::DUPLICATE_TABLE)
 }
 
 fn sql_token(token: Token) -> Result<i64, BackendError> {
@@ -78,7 +92,7 @@ impl PgFencedStore {
     }
 
     /// [`connect`](Self::connect) with a policy ([`FencePolicy::AcceptAll`] is the unfenced
-    /// negative control: a plain upsert that still tracks the highest token) and a bound on
+    /// negative control: a plain upsert; the row keeps the last writer's token) and a bound on
     /// every request.
     pub async fn connect_with(
         url: &str,
@@ -121,22 +135,28 @@ impl PgFencedStore {
             // Ends when the client is dropped or the server goes away; errors surface on calls.
             let _ = connection.await;
         });
-        bounded(
-            "create table",
-            timeout,
-            client.batch_execute(&format!(
-                "CREATE TABLE IF NOT EXISTS {table} \
-                 (key text PRIMARY KEY, token bigint NOT NULL, value bytea NOT NULL)"
-            )),
-        )
-        .await?;
+        let create = format!(
+            "CREATE TABLE IF NOT EXISTS {table} \
+             (key text PRIMARY KEY, token bigint NOT NULL, value bytea NOT NULL)"
+        );
+        match tokio::time::timeout(timeout, client.batch_execute(&create)).await {
+            Err(_) => {
+                return Err(BackendError::Timeout {
+                    backend: BACKEND,
+                    operation: "create table",
+                    after: timeout,
+                })
+            }
+            Ok(Err(e)) if !created_concurrently(&e) => return Err(pg_err("create table", e)),
+            Ok(_) => {}
+        }
         let on_conflict = match policy {
             FencePolicy::Fenced => {
                 "DO UPDATE SET token = EXCLUDED.token, value = EXCLUDED.value \
                  WHERE s.token <= EXCLUDED.token"
             }
             FencePolicy::AcceptAll => {
-                "DO UPDATE SET token = GREATEST(s.token, EXCLUDED.token), value = EXCLUDED.value"
+                "DO UPDATE SET token = EXCLUDED.token, value = EXCLUDED.value"
             }
         };
         let write = bounded(

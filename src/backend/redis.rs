@@ -87,8 +87,6 @@ static FENCED_WRITE: LazyLock<Script> = LazyLock::new(|| {
 local cur = redis.call('HGET', KEYS[1], 'token')
 if cur and tonumber(cur) > tonumber(ARGV[1]) then
   if ARGV[3] == 'fenced' then return {0, cur} end
-  redis.call('HSET', KEYS[1], 'value', ARGV[2])
-  return {1, cur}
 end
 redis.call('HSET', KEYS[1], 'token', ARGV[1], 'value', ARGV[2])
 return {1, ARGV[1]}
@@ -377,7 +375,7 @@ impl RedisFencedStore {
     }
 
     /// A store with the given policy; [`FencePolicy::AcceptAll`] is the unfenced negative control
-    /// (it still tracks the highest token, but stores every write).
+    /// (a plain overwrite: the key keeps the last writer's token).
     pub fn connect_with(
         url: &str,
         prefix: &str,

@@ -1,12 +1,36 @@
-//! `fencecheck demo`: the story, run for real with threads, a real TTL and a real pause.
+//! `fencecheck demo`: the story, run for real with a real TTL and a real pause, on the in-process
+//! lock or on Redis with PostgreSQL or Redis storage.
 
 use super::UsageError;
-use clap::Args;
-use fencecheck::local::{FencedStore, LeaseLock};
+use clap::{Args, ValueEnum};
+use fencecheck::backend::servers::{PgServer, RedisServer};
+use fencecheck::backend::{
+    Acquired, FencedStorage, LocalFencedMap, LocalLock, LockService, PgFencedStore,
+    RedisFencedStore, RedisLock, RedisOptions, WriteOutcome,
+};
 use fencecheck::protocol::FencePolicy;
 use std::process::ExitCode;
-use std::sync::mpsc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+/// Where the demo's lock lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(super) enum DemoBackend {
+    /// The in-process lease lock.
+    Local,
+    /// Redis (`--redis-url`, or a throwaway redis-server).
+    Redis,
+}
+
+/// Where the demo's data lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(super) enum DemoStore {
+    /// In-process fenced map.
+    Memory,
+    /// PostgreSQL (`--pg-url`, or a throwaway cluster).
+    Postgres,
+    /// Redis (the lock's server).
+    Redis,
+}
 
 #[derive(Debug, Args)]
 pub(super) struct DemoArgs {
@@ -16,6 +40,25 @@ pub(super) struct DemoArgs {
     /// The lease's time-to-live in milliseconds (worker-A's pause lasts three times as long).
     #[arg(long, value_name = "MS", default_value_t = 200)]
     ttl_ms: u64,
+    /// Where the lock lives.
+    #[arg(long, value_enum, default_value_t = DemoBackend::Local)]
+    backend: DemoBackend,
+    /// Where the data lives (default: memory for the local lock, postgres for redis).
+    #[arg(long, value_enum)]
+    store: Option<DemoStore>,
+    /// Use this Redis instead of starting a throwaway redis-server.
+    #[arg(long, value_name = "URL")]
+    redis_url: Option<String>,
+    /// Use this PostgreSQL instead of starting a throwaway cluster.
+    #[arg(long, value_name = "URL")]
+    pg_url: Option<String>,
+}
+
+/// Servers the demo started; stopped when dropped.
+#[derive(Default)]
+struct Started {
+    redis: Option<RedisServer>,
+    pg: Option<PgServer>,
 }
 
 pub(super) fn run(args: DemoArgs) -> Result<ExitCode, UsageError> {
@@ -25,15 +68,130 @@ pub(super) fn run(args: DemoArgs) -> Result<ExitCode, UsageError> {
             args.ttl_ms
         )));
     }
+    let store = args.store.unwrap_or(match args.backend {
+        DemoBackend::Local => DemoStore::Memory,
+        DemoBackend::Redis => DemoStore::Postgres,
+    });
+    if args.backend == DemoBackend::Local && store == DemoStore::Redis {
+        return Err(UsageError(
+            "--store redis needs --backend redis (the store lives on the lock's server)".into(),
+        ));
+    }
     let ttl = Duration::from_millis(args.ttl_ms);
-    let pause = ttl * 3;
     let policy = if args.no_fence {
         FencePolicy::AcceptAll
     } else {
         FencePolicy::Fenced
     };
-    let lock = LeaseLock::new(ttl).map_err(|e| UsageError(format!("--ttl-ms: {e}")))?;
-    let store = FencedStore::<&'static str>::with_policy(policy);
+    let mut started = Started::default();
+    let need_redis = args.backend == DemoBackend::Redis || store == DemoStore::Redis;
+    let redis_url = match (&args.redis_url, need_redis) {
+        (Some(url), _) => Some(url.clone()),
+        (None, true) => {
+            let server = RedisServer::start(false).map_err(|e| UsageError(e.to_string()))?;
+            println!(
+                "started a throwaway redis-server on 127.0.0.1:{}",
+                server.port()
+            );
+            let url = server.url();
+            started.redis = Some(server);
+            Some(url)
+        }
+        (None, false) => None,
+    };
+    let pg_url = match (&args.pg_url, store == DemoStore::Postgres) {
+        (Some(url), _) => Some(url.clone()),
+        (None, true) => {
+            let server = PgServer::start().map_err(|e| UsageError(e.to_string()))?;
+            println!(
+                "started a throwaway PostgreSQL on 127.0.0.1:{}",
+                server.port()
+            );
+            let url = server.url();
+            started.pg = Some(server);
+            Some(url)
+        }
+        (None, false) => None,
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime starts");
+    let result = rt.block_on(async {
+        let opts = RedisOptions::default();
+        let bad = |e: fencecheck::backend::BackendError| UsageError(e.to_string());
+        match args.backend {
+            DemoBackend::Local => {
+                let lock = LocalLock::new(ttl).map_err(bad)?;
+                with_store(&lock, store, policy, redis_url, pg_url, &args).await
+            }
+            DemoBackend::Redis => {
+                let url = redis_url.clone().expect("set above");
+                let lock =
+                    RedisLock::connect_with(&url, "fencecheck-demo", ttl, opts).map_err(bad)?;
+                with_store(&lock, store, policy, redis_url, pg_url, &args).await
+            }
+        }
+    });
+    drop(started);
+    result
+}
+
+async fn with_store<L: LockService>(
+    lock: &L,
+    store: DemoStore,
+    policy: FencePolicy,
+    redis_url: Option<String>,
+    pg_url: Option<String>,
+    args: &DemoArgs,
+) -> Result<ExitCode, UsageError> {
+    let bad = |e: fencecheck::backend::BackendError| UsageError(e.to_string());
+    match store {
+        DemoStore::Memory => story(lock, &LocalFencedMap::new(policy), args).await,
+        DemoStore::Postgres => {
+            let url = pg_url.expect("set above");
+            let s = PgFencedStore::connect_with(
+                &url,
+                "fencecheck_demo",
+                policy,
+                Duration::from_secs(5),
+            )
+            .await
+            .map_err(bad)?;
+            story(lock, &s, args).await
+        }
+        DemoStore::Redis => {
+            let url = redis_url.expect("set above");
+            let s = RedisFencedStore::connect_with(
+                &url,
+                "fencecheck-demo-data",
+                policy,
+                RedisOptions::default(),
+            )
+            .map_err(bad)?;
+            story(lock, &s, args).await
+        }
+    }
+}
+
+fn say_write(who: &str, token: fencecheck::protocol::Token, value: &str, outcome: &WriteOutcome) {
+    match outcome {
+        WriteOutcome::Accepted => println!("ACCEPT {who} token={token} value={value}"),
+        WriteOutcome::Stale(stale) => println!(
+            "REJECT {who} token={} (already saw {})",
+            stale.token, stale.highest
+        ),
+    }
+}
+
+async fn story<L: LockService, S: FencedStorage>(
+    lock: &L,
+    store: &S,
+    args: &DemoArgs,
+) -> Result<ExitCode, UsageError> {
+    let bad = |e: fencecheck::backend::BackendError| UsageError(e.to_string());
+    let ttl = lock.ttl();
+    let pause = ttl * 3;
     println!(
         "two workers, one lease (ttl {} ms), storage {}",
         args.ttl_ms,
@@ -43,64 +201,59 @@ pub(super) fn run(args: DemoArgs) -> Result<ExitCode, UsageError> {
             "with fencing tokens (rejects older tokens)"
         }
     );
+    let key = "fencecheck-demo";
+    let a = match lock.try_acquire("worker-A").await.map_err(bad)? {
+        Acquired::Granted(g) => g,
+        Acquired::Busy { holder, .. } => {
+            return Err(UsageError(format!(
+                "the demo lock is held by {}; try again after its TTL",
+                holder.as_deref().unwrap_or("someone")
+            )))
+        }
+    };
+    let woke_at = Instant::now() + pause;
+    println!("worker-A leased, token {}", a.token);
+    println!(
+        "worker-A pauses for {} ms (a GC pause, a stopped VM)",
+        pause.as_millis()
+    );
+    println!("worker-B waits for the lease...");
+    let b = lock
+        .acquire("worker-B", ttl * 10)
+        .await
+        .map_err(bad)?
+        .ok_or_else(|| UsageError("worker-A's lease did not expire within 10 TTLs".into()))?;
+    println!(
+        "lease of worker-A expired; worker-B leased, token {}",
+        b.token
+    );
+    let outcome = store
+        .write(key, b.token, b"written-by-B")
+        .await
+        .map_err(bad)?;
+    say_write("worker-B", b.token, "written-by-B", &outcome);
+    tokio::time::sleep_until(tokio::time::Instant::from_std(woke_at)).await;
+    let expired = Instant::now() >= a.sent_at + ttl;
+    println!(
+        "worker-A wakes up, still believing it holds the lease (token {}, expired: {expired})",
+        a.token
+    );
+    let outcome = store
+        .write(key, a.token, b"written-by-A")
+        .await
+        .map_err(bad)?;
+    say_write("worker-A", a.token, "written-by-A", &outcome);
+    let _ = lock.release("worker-B", b.token).await;
 
-    let (leased_tx, leased_rx) = mpsc::channel();
-    let (written_tx, written_rx) = mpsc::channel();
-    std::thread::scope(|s| {
-        let (lock, store) = (&lock, &store);
-        s.spawn(move || {
-            let guard = lock
-                .try_acquire("worker-A")
-                .expect("the lock is fresh, so worker-A's acquire succeeds");
-            let token = guard.token();
-            println!("worker-A leased, token {token}");
-            println!(
-                "worker-A pauses for {} ms (a GC pause, a stopped VM)",
-                pause.as_millis()
-            );
-            leased_tx.send(()).expect("worker-B is listening");
-            std::thread::sleep(pause);
-            // Keep the story's order even on a loaded machine: A wakes after B has written.
-            let _ = written_rx.recv_timeout(Duration::from_secs(30));
-            println!(
-                "worker-A wakes up, still believing it holds the lease (token {token}, expired: {})",
-                guard.is_expired()
-            );
-            match store.write(token, "written-by-A") {
-                Ok(()) => println!("ACCEPT worker-A token={token} value=written-by-A"),
-                Err(stale) => println!(
-                    "REJECT worker-A token={} (already saw {})",
-                    stale.token, stale.highest
-                ),
-            }
-        });
-        s.spawn(move || {
-            leased_rx.recv().expect("worker-A leases first");
-            println!("worker-B waits for the lease...");
-            let guard = lock
-                .acquire_timeout("worker-B", ttl * 10)
-                .expect("worker-A's lease expires within its ttl");
-            let token = guard.token();
-            println!("lease of worker-A expired; worker-B leased, token {token}");
-            match store.write(token, "written-by-B") {
-                Ok(()) => println!("ACCEPT worker-B token={token} value=written-by-B"),
-                Err(stale) => println!(
-                    "REJECT worker-B token={} (already saw {})",
-                    stale.token, stale.highest
-                ),
-            }
-            let _ = written_tx.send(());
-        });
-    });
-
-    let value = match store.read() {
-        Some((value, token)) => {
-            println!("final value : {value} (token {token})");
+    let value = match store.read(key).await.map_err(bad)? {
+        Some(stored) => {
+            let value = String::from_utf8_lossy(&stored.value).into_owned();
+            println!("final value : {value} (token {})", stored.token);
             value
         }
         None => {
             println!("final value : empty");
-            "empty"
+            "empty".into()
         }
     };
     if value == "written-by-B" {

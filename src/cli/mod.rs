@@ -4,6 +4,7 @@
 mod check;
 mod demo;
 mod report;
+mod run;
 
 use clap::{Args, Parser, Subcommand};
 use fencecheck::check::catalog;
@@ -35,6 +36,19 @@ enum Command {
     /// Checks every model afresh and reads criterion's saved estimates from the last
     /// `cargo bench`. Exit status 1 when a verdict differs from its declaration.
     Report(report::ReportArgs),
+    /// Run a command while holding a lock: only one `run` of a NAME at a time, anywhere.
+    ///
+    /// Acquires the lease, starts CMD with the fencing token in FENCECHECK_TOKEN, renews the
+    /// lease every TTL/3, and if the lease is lost sends CMD SIGTERM (SIGKILL after --grace).
+    /// SIGINT and SIGTERM are passed on to CMD, and the lease is released when it ends.
+    ///
+    /// Exit status: CMD's own (128+N if killed by signal N); 75 when the lock is held elsewhere
+    /// (and --wait did not get it); 76 when the lease was lost and CMD was terminated; 69 when the
+    /// lock service could not be used; 2 on bad usage.
+    Run(run::RunArgs),
+    /// A worker process for the pause tests, driven line by line on stdin.
+    #[command(hide = true)]
+    Worker(run::WorkerArgs),
 }
 
 /// Model sizes shared by `check` and `explore`.
@@ -142,6 +156,8 @@ pub fn main() -> ExitCode {
         Command::Explore(args) => check::explore(args),
         Command::Demo(args) => demo::run(args),
         Command::Report(args) => report::run(args),
+        Command::Run(args) => run::run(args),
+        Command::Worker(args) => run::worker(args),
     };
     result.unwrap_or_else(|UsageError(message)| {
         eprintln!("error: {message}");
