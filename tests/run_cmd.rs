@@ -1,0 +1,394 @@
+//! `fencecheck run` and `fencecheck demo --backend redis` against a real redis-server (and
+//! PostgreSQL) started by the test.
+
+use fencecheck::backend::servers::{started_or_skip, PgServer, RedisServer, TempDir};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn fencecheck(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_fencecheck"))
+        .args(args)
+        .output()
+        .expect("run fencecheck")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn the_command_gets_the_token_and_its_exit_status_passes_through() {
+    let Some(redis) = started_or_skip("run: token", RedisServer::start(false)) else {
+        return;
+    };
+    let url = redis.url();
+    let out = fencecheck(&[
+        "run",
+        "--redis-url",
+        &url,
+        "--name",
+        "job",
+        "--ttl",
+        "2s",
+        "--",
+        "sh",
+        "-c",
+        "echo token=$FENCECHECK_TOKEN lock=$FENCECHECK_LOCK",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).trim(), "token=1 lock=job");
+    let out = fencecheck(&[
+        "run",
+        "--redis-url",
+        &url,
+        "--name",
+        "job",
+        "--",
+        "sh",
+        "-c",
+        "exit 7",
+    ]);
+    assert_eq!(out.status.code(), Some(7));
+    // Released at the end: the next run gets the lock at once, with the next token.
+    let out = fencecheck(&[
+        "run",
+        "--redis-url",
+        &url,
+        "--name",
+        "job",
+        "--",
+        "sh",
+        "-c",
+        "echo $FENCECHECK_TOKEN",
+    ]);
+    assert_eq!(text(&out.stdout).trim(), "3");
+}
+
+#[test]
+fn a_busy_lock_exits_75_and_wait_gives_up_on_time() {
+    let Some(redis) = started_or_skip("run: busy", RedisServer::start(false)) else {
+        return;
+    };
+    let url = redis.url();
+    let mut holder = Command::new(env!("CARGO_BIN_EXE_fencecheck"))
+        .args([
+            "run",
+            "--redis-url",
+            &url,
+            "--name",
+            "job",
+            "--",
+            "sleep",
+            "3",
+        ])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let out = fencecheck(&["run", "--redis-url", &url, "--name", "job", "--", "true"]);
+    assert_eq!(out.status.code(), Some(75), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("is held by"),
+        "{}",
+        text(&out.stderr)
+    );
+    let t0 = Instant::now();
+    let out = fencecheck(&[
+        "run",
+        "--redis-url",
+        &url,
+        "--name",
+        "job",
+        "--wait",
+        "400ms",
+        "--",
+        "true",
+    ]);
+    assert_eq!(out.status.code(), Some(75));
+    assert!(t0.elapsed() >= Duration::from_millis(400));
+    // --wait without a limit queues until the holder is done.
+    let out = fencecheck(&[
+        "run",
+        "--redis-url",
+        &url,
+        "--name",
+        "job",
+        "--wait",
+        "--",
+        "true",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(holder.wait().unwrap().code(), Some(0));
+}
+
+fn delete_lock_key(url: &str, name: &str) {
+    let client = redis::Client::open(url).unwrap();
+    let mut conn = client.get_connection().unwrap();
+    let _: () = redis::cmd("DEL")
+        .arg(format!("fencecheck:{{{name}}}:lock"))
+        .query(&mut conn)
+        .unwrap();
+}
+
+#[test]
+fn a_lost_lease_terminates_the_command() {
+    let Some(redis) = started_or_skip("run: lost lease", RedisServer::start(false)) else {
+        return;
+    };
+    let url = redis.url();
+    // The command ends on SIGTERM.
+    let child = Command::new(env!("CARGO_BIN_EXE_fencecheck"))
+        .args([
+            "run",
+            "--redis-url",
+            &url,
+            "--name",
+            "a",
+            "--ttl",
+            "600ms",
+            "--",
+            "sleep",
+            "30",
+        ])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    let t0 = Instant::now();
+    delete_lock_key(&url, "a"); // as if the lease expired and was taken
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(76), "{}", text(&out.stderr));
+    assert!(
+        t0.elapsed() < Duration::from_secs(2),
+        "took {:?}",
+        t0.elapsed()
+    );
+    assert!(text(&out.stderr).contains("lost: the server no longer has this lease"));
+
+    // A command that ignores SIGTERM is killed after the grace period.
+    let child = Command::new(env!("CARGO_BIN_EXE_fencecheck"))
+        .args([
+            "run",
+            "--redis-url",
+            &url,
+            "--name",
+            "b",
+            "--ttl",
+            "600ms",
+            "--grace",
+            "300ms",
+        ])
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "trap '' TERM; while true; do sleep 0.05; done",
+        ])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    delete_lock_key(&url, "b");
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(76));
+    assert!(
+        text(&out.stderr).contains("did not stop within"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+/// Reads `start TOKEN NANOS` / `end TOKEN NANOS` records and returns the overlapping pairs of
+/// runs (by token), sorted by start.
+fn overlaps(records: &str) -> Vec<(u64, u64)> {
+    let mut spans: std::collections::BTreeMap<u64, (u128, u128)> = Default::default();
+    for line in records.lines() {
+        let parts: Vec<&str> = line.split_whitespace().collect();
+        let (kind, token, at) = (
+            parts[0],
+            parts[1].parse().unwrap(),
+            parts[2].parse().unwrap(),
+        );
+        let span = spans.entry(token).or_insert((0, 0));
+        if kind == "start" {
+            span.0 = at;
+        } else {
+            span.1 = at;
+        }
+    }
+    let mut list: Vec<(u64, (u128, u128))> = spans.into_iter().collect();
+    list.sort_by_key(|(_, (start, _))| *start);
+    list.windows(2)
+        .filter(|w| w[1].1 .0 < w[0].1 .1)
+        .map(|w| (w[0].0, w[1].0))
+        .collect()
+}
+
+const JOB: &str = "echo start ${FENCECHECK_TOKEN:-$$} $(date +%s%N) >> \"$0\"; sleep 0.15; \
+                   echo end ${FENCECHECK_TOKEN:-$$} $(date +%s%N) >> \"$0\"";
+
+#[test]
+fn concurrent_runs_of_one_name_never_overlap() {
+    let Some(redis) = started_or_skip("run: exclusion", RedisServer::start(false)) else {
+        return;
+    };
+    let dir = TempDir::new("run-records").unwrap();
+    let url = redis.url();
+    let locked = dir.path().join("locked.txt");
+    let children: Vec<_> = (0..6)
+        .map(|_| {
+            Command::new(env!("CARGO_BIN_EXE_fencecheck"))
+                .args([
+                    "run",
+                    "--redis-url",
+                    &url,
+                    "--name",
+                    "excl",
+                    "--ttl",
+                    "5s",
+                    "--wait",
+                    "20s",
+                ])
+                .args(["--", "sh", "-c", JOB])
+                .arg(&locked)
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for mut c in children {
+        assert_eq!(c.wait().unwrap().code(), Some(0));
+    }
+    let records = std::fs::read_to_string(&locked).unwrap();
+    assert_eq!(records.lines().count(), 12, "{records}");
+    assert_eq!(overlaps(&records), vec![], "{records}");
+
+    // Negative control: the same jobs without the lock overlap, and the same check sees it.
+    let unlocked = dir.path().join("unlocked.txt");
+    let children: Vec<_> = (0..6)
+        .map(|_| {
+            Command::new("sh")
+                .args(["-c", JOB])
+                .arg(&unlocked)
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for mut c in children {
+        c.wait().unwrap();
+    }
+    let records = std::fs::read_to_string(&unlocked).unwrap();
+    assert!(
+        !overlaps(&records).is_empty(),
+        "unlocked jobs did not overlap: {records}"
+    );
+}
+
+#[test]
+fn bad_input_is_rejected_with_a_reason() {
+    let cases: [(&[&str], &str); 6] = [
+        (
+            &["run", "--name", "", "--", "true"],
+            "invalid lock name: it is empty",
+        ),
+        (
+            &["run", "--name", "x", "--ttl", "0s", "--", "true"],
+            "invalid ttl",
+        ),
+        (
+            &["run", "--name", "x", "--ttl", "48h", "--", "true"],
+            "24 h maximum",
+        ),
+        (
+            &["run", "--name", "x", "--ttl", "5", "--", "true"],
+            "has no unit",
+        ),
+        (
+            &[
+                "run",
+                "--name",
+                "x",
+                "--redis-url",
+                "localhost:6379",
+                "--",
+                "true",
+            ],
+            "invalid redis url",
+        ),
+        (&["run", "--name", "x"], "required"),
+    ];
+    for (args, expect) in cases {
+        let out = fencecheck(args);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+        assert!(
+            text(&out.stderr).contains(expect),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+    }
+    // Nothing listens: a clear error, within the timeout, exit 69.
+    let port = fencecheck::backend::servers::free_port().unwrap();
+    let url = format!("redis://127.0.0.1:{port}");
+    let t0 = Instant::now();
+    let out = fencecheck(&[
+        "run",
+        "--redis-url",
+        &url,
+        "--name",
+        "x",
+        "--timeout",
+        "1s",
+        "--",
+        "true",
+    ]);
+    assert_eq!(out.status.code(), Some(69), "{}", text(&out.stderr));
+    assert!(t0.elapsed() < Duration::from_secs(4));
+    assert!(text(&out.stderr).contains(&format!("cannot connect to redis at 127.0.0.1:{port}")));
+}
+
+#[test]
+fn demo_tells_the_story_on_redis_and_postgres() {
+    let Some(redis) = started_or_skip("demo on redis", RedisServer::start(false)) else {
+        return;
+    };
+    let Some(pg) = started_or_skip("demo on postgres", PgServer::start()) else {
+        return;
+    };
+    let base = ["demo", "--backend", "redis", "--ttl-ms", "100"];
+    let urls = ["--redis-url", &redis.url(), "--pg-url", &pg.url()];
+    let out = fencecheck(&[&base[..], &urls[..], &["--store", "postgres"]].concat());
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        stdout.contains("REJECT worker-A token=1 (already saw 2)"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("final value : written-by-B (token 2)"),
+        "{stdout}"
+    );
+
+    // Without fencing, on the same servers (tokens continue from the first run).
+    let out = fencecheck(&[&base[..], &urls[..], &["--store", "redis", "--no-fence"]].concat());
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("ACCEPT worker-A token=3 value=written-by-A"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("WRONG"), "{stdout}");
+
+    // With no URLs the demo starts (and stops) throwaway servers itself.
+    let out = fencecheck(&base);
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("started a throwaway redis-server"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("REJECT worker-A token=1 (already saw 2)"),
+        "{stdout}"
+    );
+}
