@@ -83,7 +83,9 @@ impl<C: Clock> LockService for LocalLock<C> {
 
     async fn release(&self, owner: &str, token: Token) -> Result<bool, BackendError> {
         match self.lock.release_raw(&owner.to_string(), token) {
-            Ok(_) => Ok(true),
+            // Releasing a lease that already expired frees nothing: report it as not held, as
+            // a server that dropped the expired key does.
+            Ok(lease) => Ok(lease.is_live(self.lock.clock().now())),
             Err(LeaseError::NotHolder { .. } | LeaseError::Expired { .. }) => Ok(false),
             Err(e) => Err(lease_err("release", e)),
         }

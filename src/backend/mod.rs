@@ -160,8 +160,8 @@ pub trait LockService: Send + Sync {
         token: Token,
     ) -> impl Future<Output = Result<Option<Grant>, BackendError>> + Send;
 
-    /// Releases `owner`'s lease with `token`. `Ok(false)` when it was no longer held by them
-    /// (nothing is changed then).
+    /// Releases `owner`'s lease with `token`. `Ok(false)` when it was no longer held by them:
+    /// another owner or token holds it, or it expired (nothing is changed then).
     fn release(
         &self,
         owner: &str,
