@@ -20,7 +20,7 @@ pub mod servers;
 pub use self::keepalive::{hold, HeldLease, KeepaliveOptions, LostReason};
 pub use self::local::{LocalFencedMap, LocalLock};
 pub use self::postgres::PgFencedStore;
-pub use self::redis::{RedisFencedStore, RedisLock, RedisOptions};
+pub use self::redis::{scripts as redis_scripts, RedisFencedStore, RedisLock, RedisOptions};
 
 use crate::protocol::{StaleWrite, Token};
 use std::future::Future;

@@ -25,74 +25,63 @@ use std::time::{Duration, Instant};
 
 const BACKEND: &str = "redis";
 
-/// Takes the lease if free, issues the next token and stores `token:owner` with the TTL.
-/// KEYS: lock, counter. ARGV: owner, ttl ms, highest token this client has seen (0 if none).
-/// Returns {1, token, 0} granted, {0, "token:owner", pttl} busy, {2, token, 0} token regressed.
-static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
+static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(scripts::ACQUIRE));
+static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(scripts::EXTEND));
+static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(scripts::RELEASE));
+static RAISE_FLOOR: LazyLock<Script> = LazyLock::new(|| Script::new(scripts::RAISE_FLOOR));
+static FENCED_WRITE: LazyLock<Script> = LazyLock::new(|| Script::new(scripts::FENCED_WRITE));
+
+/// The Lua scripts the Redis backend runs (public so benchmarks can run the same ones).
+pub mod scripts {
+    /// Takes the lease if free, issues the next token and stores `token:owner` with the TTL.
+    /// KEYS: lock, counter. ARGV: owner, ttl ms, highest token this client has seen (0 if none).
+    /// Returns {1, token, 0} granted, {0, "token:owner", pttl} busy, {2, token, 0} token regressed.
+    pub const ACQUIRE: &str = r"
 local held = redis.call('GET', KEYS[1])
 if held then return {0, held, redis.call('PTTL', KEYS[1])} end
 local t = redis.call('INCR', KEYS[2])
 if t <= tonumber(ARGV[3]) then return {2, string.format('%d', t), 0} end
 redis.call('SET', KEYS[1], string.format('%d', t) .. ':' .. ARGV[1], 'PX', ARGV[2])
 return {1, string.format('%d', t), 0}
-",
-    )
-});
+";
 
-/// Renews the lease iff it is still `token:owner`. KEYS: lock. ARGV: `token:owner`, ttl ms.
-static EXTEND: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
+    /// Renews the lease iff it is still `token:owner`. KEYS: lock. ARGV: `token:owner`, ttl ms.
+    pub const EXTEND: &str = r"
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return 1
 end
 return 0
-",
-    )
-});
+";
 
-/// Deletes the lease iff it is still `token:owner`. KEYS: lock. ARGV: `token:owner`.
-static RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
+    /// Deletes the lease iff it is still `token:owner`. KEYS: lock. ARGV: `token:owner`.
+    pub const RELEASE: &str = r"
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
   return 1
 end
 return 0
-",
-    )
-});
+";
 
-/// Sets the counter to at least ARGV[1]; returns the counter. KEYS: counter.
-static RAISE_FLOOR: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
+    /// Sets the counter to at least ARGV[1]; returns the counter. KEYS: counter.
+    pub const RAISE_FLOOR: &str = r"
 local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
 local floor = tonumber(ARGV[1])
 if cur < floor then redis.call('SET', KEYS[1], ARGV[1]) cur = floor end
 return string.format('%d', cur)
-",
-    )
-});
+";
 
-/// The fencing rule on a hash {token, value}. KEYS: data key. ARGV: token, value, policy.
-/// Returns {1, highest} stored, {0, highest} refused as stale.
-static FENCED_WRITE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
+    /// The fencing rule on a hash {token, value}. KEYS: data key. ARGV: token, value, policy.
+    /// Returns {1, highest} stored, {0, highest} refused as stale.
+    pub const FENCED_WRITE: &str = r"
 local cur = redis.call('HGET', KEYS[1], 'token')
 if cur and tonumber(cur) > tonumber(ARGV[1]) then
   if ARGV[3] == 'fenced' then return {0, cur} end
 end
 redis.call('HSET', KEYS[1], 'token', ARGV[1], 'value', ARGV[2])
 return {1, ARGV[1]}
-",
-    )
-});
+";
+}
 
 /// Connection settings for the Redis backend.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

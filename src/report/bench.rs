@@ -59,6 +59,8 @@ const BASELINES: &[&str] = &[
     "parking_lot_lock_unlock",
     "unfenced_write",
     "full_threads1",
+    "redis_benchmark_floor",
+    "plain_upsert",
 ];
 
 fn read_json(path: &Path, what: &'static str) -> Result<Value, BenchError> {

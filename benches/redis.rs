@@ -1,0 +1,216 @@
+//! Backends against their floors, on servers this benchmark starts:
+//! - `redis/acquire_release`: `RedisLock` acquire + release round trips (one connection) against
+//!   `redis-benchmark` running the same two scripts on the same server in the same run. The floor
+//!   is written beside criterion's results as `redis_benchmark_floor` (median = 1 / pair rate);
+//!   `redis_crate_same_scripts` runs the two scripts through the `redis` crate with no fencecheck
+//!   code, to separate the client library's cost from ours.
+//! - `postgres/write`: `PgFencedStore::write` against a plain upsert of the same row.
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use fencecheck::backend::redis_scripts::{ACQUIRE, RELEASE};
+use fencecheck::backend::servers::{PgServer, RedisServer};
+use fencecheck::backend::{Acquired, FencedStorage, LockService, PgFencedStore, RedisLock};
+use fencecheck::protocol::Token;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Requests per second `redis-benchmark` reached for one command on one connection.
+fn redis_benchmark_rps(port: u16, args: &[&str]) -> f64 {
+    let out = Command::new("redis-benchmark")
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "-c",
+            "1",
+            "-P",
+            "1",
+        ])
+        .args(["-n", "30000", "-r", "1000000", "--csv"])
+        .args(args)
+        .output()
+        .expect("redis-benchmark runs (Debian: redis-tools)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let last = text.lines().last().unwrap_or_default();
+    let rps = last
+        .split(',')
+        .nth(1)
+        .map(|f| f.trim_matches('"').parse::<f64>());
+    match rps {
+        Some(Ok(v)) => v,
+        _ => panic!("cannot read redis-benchmark's rate from {text:?}"),
+    }
+}
+
+/// Writes a result in criterion's layout so `fencecheck report` shows it beside the others.
+fn write_floor(group: &str, function: &str, median_ns: f64, source: &str) {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("target"));
+    let dir = target
+        .join("criterion")
+        .join(group.replace('/', "_"))
+        .join(function)
+        .join("new");
+    std::fs::create_dir_all(&dir).unwrap();
+    let bench = serde_json::json!({
+        "group_id": group, "function_id": function, "value_str": null,
+        "throughput": {"Elements": 1}, "full_id": format!("{group}/{function}"),
+        "directory_name": format!("{}/{function}", group.replace('/', "_")),
+        "title": format!("{group}/{function}"), "source": source,
+    });
+    let estimates = serde_json::json!({"median": {"point_estimate": median_ns}});
+    std::fs::write(dir.join("benchmark.json"), bench.to_string()).unwrap();
+    std::fs::write(dir.join("estimates.json"), estimates.to_string()).unwrap();
+}
+
+fn redis(c: &mut Criterion) {
+    let server = RedisServer::start(false).expect("redis-server starts");
+    let port = server.port();
+    let acquire = redis_benchmark_rps(
+        port,
+        &[
+            "EVAL",
+            ACQUIRE,
+            "2",
+            "fencecheck:{b__rand_int__}:lock",
+            "fencecheck:{b__rand_int__}:token",
+            "owner",
+            "30000",
+            "0",
+        ],
+    );
+    let release = redis_benchmark_rps(
+        port,
+        &[
+            "EVAL",
+            RELEASE,
+            "1",
+            "fencecheck:{b__rand_int__}:lock",
+            "1:owner",
+        ],
+    );
+    let pair_ns = 1e9 / acquire + 1e9 / release;
+    eprintln!(
+        "redis-benchmark floor: acquire script {acquire:.0}/s, release script {release:.0}/s, \
+         pair {:.0}/s",
+        1e9 / pair_ns
+    );
+    write_floor(
+        "redis/acquire_release",
+        "redis_benchmark_floor",
+        pair_ns,
+        "redis-benchmark -c 1 -P 1, EVAL of the acquire then the release script",
+    );
+
+    let rt = runtime();
+    let lock = RedisLock::connect(&server.url(), "bench", Duration::from_secs(30)).unwrap();
+    let mut g = c.benchmark_group("redis/acquire_release");
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("fenced_acquire_release", |b| {
+        b.iter(|| {
+            rt.block_on(async {
+                let Acquired::Granted(grant) = lock.try_acquire("owner").await.unwrap() else {
+                    panic!("the bench lock is free between iterations");
+                };
+                assert!(lock.release("owner", grant.token).await.unwrap());
+            })
+        })
+    });
+    // The same two scripts through the redis crate directly, without fencecheck's wrapper: what
+    // the client library itself costs over redis-benchmark.
+    let (sa, sr) = (redis::Script::new(ACQUIRE), redis::Script::new(RELEASE));
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut conn = rt
+        .block_on(client.get_multiplexed_async_connection())
+        .unwrap();
+    g.bench_function("redis_crate_same_scripts", |b| {
+        b.iter(|| {
+            rt.block_on(async {
+                let mut acquire = sa.key("{raw}:lock");
+                acquire.key("{raw}:token").arg("o").arg(30000).arg(0);
+                let (_, t, _): (i64, String, i64) = acquire.invoke_async(&mut conn).await.unwrap();
+                let mut release = sr.key("{raw}:lock");
+                release.arg(format!("{t}:o"));
+                let done: i64 = release.invoke_async(&mut conn).await.unwrap();
+                assert_eq!(done, 1);
+            })
+        })
+    });
+    g.finish();
+}
+
+fn postgres(c: &mut Criterion) {
+    let server = PgServer::start().expect("PostgreSQL starts");
+    let rt = runtime();
+    let (store, client) = rt.block_on(async {
+        let store = PgFencedStore::connect(&server.url(), "bench_fenced")
+            .await
+            .unwrap();
+        let (client, conn) = tokio_postgres::connect(&server.url(), tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        client
+            .batch_execute(
+                "CREATE TABLE bench_plain (key text PRIMARY KEY, token bigint NOT NULL, \
+                 value bytea NOT NULL)",
+            )
+            .await
+            .unwrap();
+        (store, client)
+    });
+    let plain = rt.block_on(async {
+        client
+            .prepare(
+                "INSERT INTO bench_plain AS s (key, token, value) VALUES ($1, $2, $3) \
+                 ON CONFLICT (key) DO UPDATE SET token = EXCLUDED.token, value = EXCLUDED.value",
+            )
+            .await
+            .unwrap()
+    });
+    let mut g = c.benchmark_group("postgres/write");
+    g.throughput(Throughput::Elements(1));
+    let mut token = 0u64;
+    g.bench_function("fenced_write", |b| {
+        b.iter(|| {
+            token += 1;
+            let t = Token::new(token);
+            rt.block_on(async {
+                assert!(store.write("k", t, b"value").await.unwrap().is_accepted())
+            })
+        })
+    });
+    let mut n = 0i64;
+    g.bench_function("plain_upsert", |b| {
+        b.iter(|| {
+            n += 1;
+            rt.block_on(async {
+                client
+                    .execute(&plain, &[&"k", &n, &&b"value"[..]])
+                    .await
+                    .unwrap()
+            })
+        })
+    });
+    g.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .sample_size(30)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(4));
+    targets = redis, postgres
+}
+criterion_main!(benches);
