@@ -8,7 +8,7 @@
 //! - [`report`]: rendering verdicts, counterexample diagrams and benchmark results.
 #![deny(missing_docs)]
 
-#[cfg(not(loom))]
+#[cfg(all(feature = "backends", not(loom)))]
 pub mod backend;
 pub mod check;
 pub mod local;

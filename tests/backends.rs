@@ -1,6 +1,7 @@
 //! The Redis lock, the Redis and PostgreSQL fenced stores, and keepalive, on real servers this
 //! test starts (127.0.0.1, free ports, temp dirs). A missing server binary is a loud skip, or a
 //! failure under FENCECHECK_REQUIRE_SERVERS=1.
+#![cfg(feature = "backends")]
 
 use fencecheck::backend::servers::{started_or_skip, PgServer, RedisServer};
 use fencecheck::backend::{

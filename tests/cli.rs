@@ -211,9 +211,15 @@ fn bad_input_gets_one_clear_line_and_exit_2() {
             "unrecognized subcommand 'nosuchcommand'",
         ),
         (&["explore", "nosuch"], "error: unknown model 'nosuch'"),
+        #[cfg(feature = "backends")]
         (
             &["demo", "--ttl-ms", "0"],
             "error: --ttl-ms 0: expected a lease time-to-live from 10 to 10000 milliseconds",
+        ),
+        #[cfg(feature = "backends")]
+        (
+            &["demo", "--store", "redis"],
+            "error: --store redis needs --backend redis",
         ),
     ];
     for (args, message) in cases {
@@ -237,7 +243,10 @@ fn help_is_there_for_every_command() {
         &["check", "--help"],
         &["list", "--help"],
         &["explore", "--help"],
+        #[cfg(feature = "backends")]
         &["demo", "--help"],
+        #[cfg(feature = "backends")]
+        &["run", "--help"],
     ] {
         let out = fencecheck(cmd);
         assert_eq!(out.status.code(), Some(0), "{cmd:?}");
@@ -256,6 +265,7 @@ fn list_names_every_model_and_its_expectations() {
     assert!(text.contains("storage_in_lease_order   always     expected holds"));
 }
 
+#[cfg(feature = "backends")]
 #[test]
 fn demo_shows_the_story_with_and_without_fencing() {
     let out = fencecheck(&["demo", "--ttl-ms", "50"]);

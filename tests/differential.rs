@@ -1,6 +1,7 @@
 //! Differential property test: random operation sequences through the protocol core (the
 //! reference: `LeaseTable` + `Fence`) and through `RedisLock` + `RedisFencedStore` +
 //! `PgFencedStore` on real servers must give the same answers, call by call.
+#![cfg(feature = "backends")]
 
 use fencecheck::backend::servers::{started_or_skip, PgServer, RedisServer};
 use fencecheck::backend::{

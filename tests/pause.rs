@@ -2,6 +2,7 @@
 //! take a Redis lease and write to PostgreSQL; the test SIGSTOPs the holder past its TTL, a second
 //! worker takes the lease and writes, the first is SIGCONTed and writes. Each trial's history is
 //! checked with the library's `storage_in_lease_order`.
+#![cfg(feature = "backends")]
 
 use fencecheck::backend::servers::{signal, started_or_skip, PgServer, RedisServer};
 use fencecheck::protocol::{storage_in_lease_order, History};

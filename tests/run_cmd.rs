@@ -1,5 +1,6 @@
 //! `fencecheck run` and `fencecheck demo --backend redis` against a real redis-server (and
 //! PostgreSQL) started by the test.
+#![cfg(feature = "backends")]
 
 use fencecheck::backend::servers::{started_or_skip, PgServer, RedisServer, TempDir};
 use std::process::{Command, Output, Stdio};

@@ -2,8 +2,10 @@
 //! expectation (or a search was cut short), 2 bad usage.
 
 mod check;
+#[cfg(feature = "backends")]
 mod demo;
 mod report;
+#[cfg(feature = "backends")]
 mod run;
 
 use clap::{Args, Parser, Subcommand};
@@ -30,6 +32,7 @@ enum Command {
     /// Serve Stateright's Explorer for a model on 127.0.0.1 (browse its states by hand).
     Explore(ExploreArgs),
     /// Run the story for real: two workers, a real TTL, a real pause, fenced storage.
+    #[cfg(feature = "backends")]
     Demo(demo::DemoArgs),
     /// Regenerate reports/: verdicts, counterexample diagrams and benchmark results.
     ///
@@ -45,9 +48,11 @@ enum Command {
     /// Exit status: CMD's own (128+N if killed by signal N); 75 when the lock is held elsewhere
     /// (and --wait did not get it); 76 when the lease was lost and CMD was terminated; 69 when the
     /// lock service could not be used; 2 on bad usage.
+    #[cfg(feature = "backends")]
     Run(run::RunArgs),
     /// A worker process for the pause tests, driven line by line on stdin.
     #[command(hide = true)]
+    #[cfg(feature = "backends")]
     Worker(run::WorkerArgs),
 }
 
@@ -154,9 +159,12 @@ pub fn main() -> ExitCode {
             Ok(ExitCode::SUCCESS)
         }
         Command::Explore(args) => check::explore(args),
+        #[cfg(feature = "backends")]
         Command::Demo(args) => demo::run(args),
         Command::Report(args) => report::run(args),
+        #[cfg(feature = "backends")]
         Command::Run(args) => run::run(args),
+        #[cfg(feature = "backends")]
         Command::Worker(args) => run::worker(args),
     };
     result.unwrap_or_else(|UsageError(message)| {
