@@ -43,17 +43,12 @@ impl<E: Ord + Copy> LeaseOrder<E> {
     /// The storage accepted a write made under the lease granted at `epoch`. Returns `false` when
     /// this write breaks the rule (a newer lease's write was accepted before it).
     pub fn accept(&mut self, epoch: E) -> bool {
-        match self.newest {
-            Some(newest) if epoch < newest => {
-                self.violated = true;
-                false
-            }
-            Some(newest) if epoch == newest => true,
-            _ => {
-                self.newest = Some(epoch);
-                true
-            }
+        if self.newest.is_some_and(|newest| epoch < newest) {
+            self.violated = true;
+            return false;
         }
+        self.newest = Some(epoch);
+        true
     }
 
     /// The newest lease whose write was accepted.
@@ -249,6 +244,13 @@ mod tests {
         h.accepted("B");
         assert_eq!(storage_in_lease_order(&h), Ok(()));
         assert_eq!(h.accepted_writes(), 3);
+        assert_eq!(h.events().len(), 6);
+        assert_eq!(
+            h.events()[4],
+            Event::Rejected {
+                who: "A".to_string()
+            }
+        );
         assert_eq!(
             h.to_string(),
             "A granted token 1; A write accepted; B granted token 2; B write accepted; \
