@@ -162,26 +162,24 @@ impl Conn {
         invocation: redis::ScriptInvocation<'_>,
     ) -> Result<T, BackendError> {
         let mut conn = self.get().await?;
-        let bound = self.options.response_timeout + Duration::from_millis(100);
-        let result = tokio::time::timeout(bound, invocation.invoke_async::<T>(&mut conn)).await;
-        match result {
-            Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => {
+        // The connection bounds every reply by `response_timeout` itself.
+        match invocation.invoke_async::<T>(&mut conn).await {
+            Ok(v) => Ok(v),
+            Err(e) => {
                 if e.is_io_error() || e.is_connection_dropped() || e.is_timeout() {
                     *self.cached.lock().expect("poisoned") = None;
+                }
+                if e.is_timeout() {
+                    return Err(BackendError::Timeout {
+                        backend: BACKEND,
+                        operation,
+                        after: self.options.response_timeout,
+                    });
                 }
                 Err(BackendError::Server {
                     backend: BACKEND,
                     operation,
                     detail: e.to_string(),
-                })
-            }
-            Err(_) => {
-                *self.cached.lock().expect("poisoned") = None;
-                Err(BackendError::Timeout {
-                    backend: BACKEND,
-                    operation,
-                    after: bound,
                 })
             }
         }
