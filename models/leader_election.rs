@@ -9,7 +9,9 @@
 //! late write lands after its successor's.
 
 use super::{Expected, Mutant, Narrate, Params, PropertySpec, Step, Symmetric};
-use crate::protocol::{Campaign, Fence, FencePolicy, LeaseOrder, TermRegister, Token};
+use crate::protocol::{
+    one_leader_per_term, Campaign, Fence, FencePolicy, LeaseOrder, TermRegister, Token,
+};
 use stateright::{Expectation, Model, Property};
 
 const TTL: u64 = 1;
@@ -183,11 +185,7 @@ impl Model for ElectionModel {
     fn properties(&self) -> Vec<Property<Self>> {
         vec![
             Property::always("one_leader_per_term", |_, s: &ElectionState| {
-                let mut terms: Vec<Token> = s.wins.iter().map(|(t, _)| *t).collect();
-                let n = terms.len();
-                terms.sort();
-                terms.dedup();
-                terms.len() == n
+                one_leader_per_term(&s.wins).is_ok()
             }),
             Property::always("storage_in_lease_order", |_, s: &ElectionState| {
                 s.lease_order.holds()

@@ -3,119 +3,54 @@
 //! failure under FENCECHECK_REQUIRE_SERVERS=1.
 #![cfg(feature = "backends")]
 
+mod common;
+
+use common::contract::{
+    election_contract, granted, lock_contract, stale, storage_contract, BlindCampaign,
+};
+
 use fencecheck::backend::servers::{started_or_skip, PgServer, RedisServer};
 use fencecheck::backend::{
-    hold, Acquired, BackendError, FencedStorage, Grant, KeepaliveOptions, LocalFencedMap,
-    LocalLock, LockService, LostReason, PgFencedStore, RedisFencedStore, RedisLock, RedisOptions,
-    WriteOutcome,
+    hold, Acquired, BackendError, FencedStorage, Grant, KeepaliveOptions, LeaderElection,
+    LocalFencedMap, LocalLock, LockService, LostReason, PgFencedStore, RedisFencedStore, RedisLock,
+    RedisOptions,
 };
-use fencecheck::protocol::{FencePolicy, StaleWrite, Token};
+use fencecheck::protocol::{one_leader_per_term, FencePolicy, Token};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-fn granted(a: Acquired) -> Grant {
-    match a {
-        Acquired::Granted(g) => g,
-        other => panic!("expected a grant, got {other:?}"),
+#[tokio::test]
+async fn elections_on_every_backend_give_one_leader_per_term() {
+    let wins = election_contract(Arc::new(
+        LocalLock::new(Duration::from_millis(300)).unwrap(),
+    ))
+    .await;
+    one_leader_per_term(&wins).unwrap();
+    if let Some(redis) = started_or_skip("redis election", RedisServer::start(false)) {
+        let lock =
+            RedisLock::connect(&redis.url(), "election", Duration::from_millis(300)).unwrap();
+        let wins = election_contract(Arc::new(lock)).await;
+        one_leader_per_term(&wins).unwrap();
     }
-}
-
-fn stale(token: u64, highest: u64) -> WriteOutcome {
-    WriteOutcome::Stale(StaleWrite {
-        token: Token::new(token),
-        highest: Token::new(highest),
-    })
-}
-
-/// The lock contract, on any backend: one holder, increasing tokens, stale calls refused,
-/// stealing only after expiry.
-async fn lock_contract<L: LockService>(lock: &L) {
-    let a = granted(lock.try_acquire("a").await.unwrap());
-    let Acquired::Busy { holder, remaining } = lock.try_acquire("b").await.unwrap() else {
-        panic!("b acquired a held lock");
-    };
-    assert_eq!(holder.as_deref(), Some("a"));
-    assert!(remaining.unwrap() <= lock.ttl());
-    assert!(lock.extend("a", a.token).await.unwrap().is_some());
-    assert!(
-        lock.extend("b", a.token).await.unwrap().is_none(),
-        "wrong owner extended"
-    );
-    assert!(
-        !lock.release("b", a.token).await.unwrap(),
-        "wrong owner released"
-    );
-    assert!(lock.release("a", a.token).await.unwrap());
-    assert!(!lock.release("a", a.token).await.unwrap(), "double release");
-
-    let b = granted(lock.try_acquire("b").await.unwrap());
-    assert!(b.token > a.token);
-    assert!(
-        !lock.release("a", a.token).await.unwrap(),
-        "stale token released"
-    );
-    // Expiry: after the TTL someone else may take it, with a larger token; the old holder's
-    // extend and release are refused.
-    tokio::time::sleep(lock.ttl() + Duration::from_millis(30)).await;
-    let c = granted(lock.try_acquire("c").await.unwrap());
-    assert!(c.token > b.token);
-    assert!(lock.extend("b", b.token).await.unwrap().is_none());
-    assert!(!lock.release("b", b.token).await.unwrap());
-    // acquire with a timeout gives up on time while c holds it, then gets it after release.
-    let t0 = Instant::now();
-    assert!(lock
-        .acquire("d", Duration::from_millis(60))
-        .await
-        .unwrap()
-        .is_none());
-    let waited = t0.elapsed();
-    assert!(
-        waited >= Duration::from_millis(60),
-        "gave up early: {waited:?}"
-    );
-    assert!(waited < Duration::from_secs(1), "gave up late: {waited:?}");
-    assert!(lock.release("c", c.token).await.unwrap());
-    let d = lock
-        .acquire("d", Duration::from_secs(1))
+    // Negative control: a blind campaign lets two candidates win one term, and the same checker
+    // says so.
+    let blind = Arc::new(BlindCampaign(
+        LocalLock::new(Duration::from_secs(5)).unwrap(),
+    ));
+    let election = LeaderElection::new(blind);
+    let a = election
+        .campaign("a", Duration::ZERO)
         .await
         .unwrap()
         .unwrap();
-    assert!(d.token > c.token);
-    lock.release("d", d.token).await.unwrap();
-}
-
-/// The storage contract, on any backend; `fenced = false` is the accept-all control.
-async fn storage_contract<S: FencedStorage>(store: &S, fenced: bool) {
-    assert_eq!(store.read("k").await.unwrap(), None);
-    assert_eq!(
-        store.write("k", Token::new(2), b"two").await.unwrap(),
-        WriteOutcome::Accepted
-    );
-    assert_eq!(
-        store.write("k", Token::new(2), b"two again").await.unwrap(),
-        WriteOutcome::Accepted
-    );
-    let late = store.write("k", Token::new(1), b"one").await.unwrap();
-    let read = store.read("k").await.unwrap().unwrap();
-    if fenced {
-        assert_eq!(late, stale(1, 2));
-        assert_eq!(
-            (read.token, &read.value[..]),
-            (Token::new(2), &b"two again"[..])
-        );
-    } else {
-        assert_eq!(late, WriteOutcome::Accepted);
-        assert_eq!((read.token, &read.value[..]), (Token::new(1), &b"one"[..]));
-    }
-    assert_eq!(
-        store.write("k", Token::new(3), b"three").await.unwrap(),
-        WriteOutcome::Accepted
-    );
-    assert_eq!(
-        store.write("other", Token::new(1), b"x").await.unwrap(),
-        WriteOutcome::Accepted
-    );
-    assert_eq!(store.read("k").await.unwrap().unwrap().value, b"three");
+    let b = election
+        .campaign("b", Duration::ZERO)
+        .await
+        .unwrap()
+        .unwrap();
+    let wins = [(a.term(), "a"), (b.term(), "b")];
+    let e = one_leader_per_term(&wins).unwrap_err();
+    assert_eq!(e.term, a.term());
 }
 
 #[tokio::test]
@@ -328,6 +263,9 @@ impl<L: LockService> LockService for SlowReplies<L> {
             }
             other => other,
         }
+    }
+    async fn holder(&self) -> Result<Option<fencecheck::backend::Holder>, BackendError> {
+        self.inner.holder().await
     }
     async fn release(&self, owner: &str, token: Token) -> Result<bool, BackendError> {
         self.inner.release(owner, token).await

@@ -4,7 +4,7 @@
 //! checked with the library's `storage_in_lease_order`.
 #![cfg(feature = "backends")]
 
-use fencecheck::backend::servers::{signal, started_or_skip, PgServer, RedisServer};
+use fencecheck::backend::servers::{signal, started_or_skip, EtcdCluster, PgServer, RedisServer};
 use fencecheck::protocol::{storage_in_lease_order, History};
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
@@ -18,7 +18,7 @@ struct Worker {
 
 impl Worker {
     fn spawn(
-        redis: &RedisServer,
+        backend: &[String],
         pg: &PgServer,
         lock: &str,
         ttl_ms: u64,
@@ -27,7 +27,9 @@ impl Worker {
         unfenced: bool,
     ) -> Worker {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_fencecheck"));
-        cmd.args(["worker", "--redis-url", &redis.url(), "--pg-url", &pg.url()])
+        cmd.arg("worker")
+            .args(backend)
+            .args(["--pg-url", &pg.url()])
             .args([
                 "--name",
                 lock,
@@ -91,19 +93,20 @@ struct Trial {
     stale_accepted: usize,
 }
 
-/// One trial with varied timing: TTL 200-400 ms, pause past it by 50-300 ms, 1-3 writes by the
-/// new holder, and (every other trial) a careful write that consults the lost-lease signal first.
-fn trial(redis: &RedisServer, pg: &PgServer, i: u64, unfenced: bool) -> Trial {
-    let ttl_ms = [200, 300, 400][i as usize % 3];
+/// One trial with varied timing: one of `ttls` (ms), a pause past it by 50-300 ms, 1-3 writes by
+/// the new holder, and (every other trial) a careful write that consults the lost-lease signal
+/// first. `backend` names the lock service on the worker's command line.
+fn trial(backend: &[String], ttls: &[u64], pg: &PgServer, i: u64, unfenced: bool) -> Trial {
+    let ttl_ms = ttls[i as usize % ttls.len()];
     let overshoot_ms = 50 + (i * 53) % 250;
     let b_writes = 1 + i % 3;
     let careful = i % 2 == 1;
     let lock = format!("pause-{}-{i}", if unfenced { "u" } else { "f" });
-    let key = format!("k{i}");
+    let key = format!("{}-k{i}", backend[1]);
     let mut history = History::new();
 
-    let mut a = Worker::spawn(redis, pg, &lock, ttl_ms, "A", &key, unfenced);
-    let mut b = Worker::spawn(redis, pg, &lock, ttl_ms, "B", &key, unfenced);
+    let mut a = Worker::spawn(backend, pg, &lock, ttl_ms, "A", &key, unfenced);
+    let mut b = Worker::spawn(backend, pg, &lock, ttl_ms, "B", &key, unfenced);
     let ta = token_of(&a.ask("acquire"));
     history.granted("A", ta);
     assert_eq!(a.ask("write a-before-pause"), "ACCEPTED");
@@ -146,43 +149,74 @@ fn trial(redis: &RedisServer, pg: &PgServer, i: u64, unfenced: bool) -> Trial {
     }
 }
 
-const TRIALS: u64 = 24;
-const CONTROL_TRIALS: u64 = 6;
-
-#[test]
-fn paused_holder_cannot_write_through_fencing_and_does_without_it() {
-    let Some(redis) = started_or_skip("pause trials (redis)", RedisServer::start(false)) else {
-        return;
-    };
-    let Some(pg) = started_or_skip("pause trials (postgres)", PgServer::start()) else {
-        return;
-    };
+/// Runs `trials` fenced trials and `controls` unfenced ones; checks every history.
+fn trials(backend: &[String], ttls: &[u64], pg: &PgServer, trials: u64, controls: u64) {
     let mut stale = 0;
-    for i in 0..TRIALS {
-        let t = trial(&redis, &pg, i, false);
+    for i in 0..trials {
+        let t = trial(backend, ttls, pg, i, false);
         if let Err(e) = storage_in_lease_order(&t.history) {
             panic!("fenced trial {i}: {e}\nhistory: {}", t.history);
         }
         stale += t.stale_accepted;
     }
     assert_eq!(stale, 0, "stale writes accepted with fencing");
-    eprintln!("{TRIALS} fenced pause trials: 0 stale writes accepted, storage_in_lease_order held");
+    eprintln!(
+        "{} lock, {trials} fenced pause trials: 0 stale writes accepted, \
+         storage_in_lease_order held",
+        backend[1]
+    );
 
     // Negative control: the same trials through a plain upsert let every late write land, and
     // the same history checker catches it each time.
     let mut caught = 0;
-    for i in 0..CONTROL_TRIALS {
-        let t = trial(&redis, &pg, i, true);
+    for i in 0..controls {
+        let t = trial(backend, ttls, pg, i, true);
         assert_eq!(t.stale_accepted, 1, "control trial {i}: {}", t.history);
         if storage_in_lease_order(&t.history).is_err() {
             caught += 1;
         }
     }
     assert_eq!(
-        caught, CONTROL_TRIALS,
+        caught, controls,
         "the checker missed an unfenced stale write"
     );
     eprintln!(
-        "{CONTROL_TRIALS} unfenced control trials: {caught} stale writes landed and were caught"
+        "{} lock, {controls} unfenced control trials: {caught} stale writes landed and were caught",
+        backend[1]
     );
+}
+
+#[test]
+fn paused_redis_lock_holder_cannot_write_through_fencing() {
+    let Some(redis) = started_or_skip("pause trials (redis)", RedisServer::start(false)) else {
+        return;
+    };
+    let Some(pg) = started_or_skip("pause trials (postgres)", PgServer::start()) else {
+        return;
+    };
+    let backend = [
+        "--backend".to_string(),
+        "redis".into(),
+        "--redis-url".into(),
+        redis.url(),
+    ];
+    trials(&backend, &[200, 300, 400], &pg, 24, 6);
+}
+
+#[test]
+fn paused_etcd_lock_holder_cannot_write_through_fencing() {
+    let Some(etcd) = started_or_skip("pause trials (etcd)", EtcdCluster::start(3)) else {
+        return;
+    };
+    let Some(pg) = started_or_skip("pause trials (etcd, postgres)", PgServer::start()) else {
+        return;
+    };
+    let backend = [
+        "--backend".to_string(),
+        "etcd".into(),
+        "--endpoints".into(),
+        etcd.endpoints().join(","),
+    ];
+    // etcd leases count whole seconds.
+    trials(&backend, &[1000], &pg, 20, 3);
 }

@@ -1,7 +1,9 @@
 //! The in-process lock and storage behind the backend-neutral traits, so code (and the contract
 //! tests) written against [`LockService`] and [`FencedStorage`] run the same without a server.
 
-use super::{Acquired, BackendError, FencedStorage, Grant, LockService, Stored, WriteOutcome};
+use super::{
+    Acquired, BackendError, FencedStorage, Grant, Holder, LockService, Stored, WriteOutcome,
+};
 use crate::local::{Clock, LeaseLock, SystemClock};
 use crate::protocol::{Acquire, Fence, FencePolicy, LeaseError, Token};
 use std::collections::HashMap;
@@ -79,6 +81,13 @@ impl<C: Clock> LockService for LocalLock<C> {
             Err(LeaseError::NotHolder { .. } | LeaseError::Expired { .. }) => Ok(None),
             Err(e) => Err(lease_err("extend", e)),
         }
+    }
+
+    async fn holder(&self) -> Result<Option<Holder>, BackendError> {
+        Ok(self.lock.holder().map(|l| Holder {
+            owner: l.owner,
+            token: l.token,
+        }))
     }
 
     async fn release(&self, owner: &str, token: Token) -> Result<bool, BackendError> {

@@ -4,6 +4,7 @@
 //!   in-process [`LeaseLock`](crate::local::LeaseLock) through [`LocalLock`].
 //! - [`FencedStorage`]: storage that rejects a write whose token is older than one it has seen —
 //!   [`PgFencedStore`], [`RedisFencedStore`], and the in-process [`LocalFencedMap`].
+//! - [`LeaderElection`]: leader election on any [`LockService`]; the term is the leader's token.
 //! - [`hold`]: keeps a granted lease alive in the background and signals when it is lost, using a
 //!   deadline counted from when the acquire request was *sent*.
 //! - [`servers`]: throwaway `redis-server` and PostgreSQL instances for tests, demos and benchmarks.
@@ -11,12 +12,16 @@
 //! Backends are async (tokio). Every call that reaches a server is bounded by a timeout, so an
 //! unreachable server is an error within that bound, never a hang.
 
+mod election;
+mod etcd;
 mod keepalive;
 mod local;
 mod postgres;
 mod redis;
 pub mod servers;
 
+pub use self::election::{LeaderElection, Leadership};
+pub use self::etcd::{EtcdLock, EtcdOptions};
 pub use self::keepalive::{hold, HeldLease, KeepaliveOptions, LostReason};
 pub use self::local::{LocalFencedMap, LocalLock};
 pub use self::postgres::PgFencedStore;
@@ -131,6 +136,28 @@ pub enum BackendError {
     },
 }
 
+/// Connects with `connecting`, bounded by `bound`: a timeout or a connection error names the
+/// backend and the address.
+pub(crate) async fn bounded_connect<T, E: std::fmt::Display>(
+    backend: &'static str,
+    target: String,
+    bound: Duration,
+    connecting: impl Future<Output = Result<T, E>>,
+) -> Result<T, BackendError> {
+    tokio::time::timeout(bound, connecting)
+        .await
+        .map_err(|_| BackendError::Timeout {
+            backend,
+            operation: "connect",
+            after: bound,
+        })?
+        .map_err(|e| BackendError::Connect {
+            backend,
+            target,
+            detail: e.to_string(),
+        })
+}
+
 impl BackendError {
     pub(crate) fn invalid(what: &'static str, reason: impl Into<String>) -> Self {
         BackendError::Invalid {
@@ -159,6 +186,10 @@ pub trait LockService: Send + Sync {
         owner: &str,
         token: Token,
     ) -> impl Future<Output = Result<Option<Grant>, BackendError>> + Send;
+
+    /// Who holds the lease now and under which token; `None` when it is free. A read only: it
+    /// changes nothing.
+    fn holder(&self) -> impl Future<Output = Result<Option<Holder>, BackendError>> + Send;
 
     /// Releases `owner`'s lease with `token`. `Ok(false)` when it was no longer held by them:
     /// another owner or token holds it, or it expired (nothing is changed then).
@@ -198,6 +229,15 @@ pub trait LockService: Send + Sync {
             }
         }
     }
+}
+
+/// The current holder of a lease, as [`LockService::holder`] reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Holder {
+    /// Who holds it.
+    pub owner: String,
+    /// The token of its lease (for an election: the term).
+    pub token: Token,
 }
 
 /// What fenced storage did with a write.

@@ -119,18 +119,8 @@ impl PgFencedStore {
             })
             .collect::<Vec<_>>()
             .join(",");
-        let connecting = tokio::time::timeout(timeout, config.connect(NoTls))
-            .await
-            .map_err(|_| BackendError::Timeout {
-                backend: BACKEND,
-                operation: "connect",
-                after: timeout,
-            })?;
-        let (client, connection) = connecting.map_err(|e| BackendError::Connect {
-            backend: BACKEND,
-            target,
-            detail: e.to_string(),
-        })?;
+        let (client, connection) =
+            super::bounded_connect(BACKEND, target, timeout, config.connect(NoTls)).await?;
         tokio::spawn(async move {
             // Ends when the client is dropped or the server goes away; errors surface on calls.
             let _ = connection.await;

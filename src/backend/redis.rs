@@ -13,8 +13,8 @@
 //! only progress is lost until the counter is raised ([`RedisLock::raise_token_floor`]).
 
 use super::{
-    validate_name, validate_ttl, Acquired, BackendError, FencedStorage, Grant, LockService, Stored,
-    WriteOutcome,
+    validate_name, validate_ttl, Acquired, BackendError, FencedStorage, Grant, Holder, LockService,
+    Stored, WriteOutcome,
 };
 use crate::protocol::{FencePolicy, StaleWrite, Token};
 use redis::aio::MultiplexedConnection;
@@ -29,6 +29,7 @@ static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(scripts::ACQUIRE
 static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(scripts::EXTEND));
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(scripts::RELEASE));
 static RAISE_FLOOR: LazyLock<Script> = LazyLock::new(|| Script::new(scripts::RAISE_FLOOR));
+static HOLDER: LazyLock<Script> = LazyLock::new(|| Script::new(scripts::HOLDER));
 static FENCED_WRITE: LazyLock<Script> = LazyLock::new(|| Script::new(scripts::FENCED_WRITE));
 
 /// The Lua scripts the Redis backend runs (public so benchmarks can run the same ones).
@@ -62,6 +63,9 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 return 0
 ";
+
+    /// The lease's value `token:owner`, or nil. KEYS: lock.
+    pub const HOLDER: &str = "return redis.call('GET', KEYS[1])";
 
     /// Sets the counter to at least ARGV[1]; returns the counter. KEYS: counter.
     pub const RAISE_FLOOR: &str = r"
@@ -136,22 +140,14 @@ impl Conn {
             .set_connection_timeout(Some(self.options.connect_timeout))
             .set_response_timeout(Some(self.options.response_timeout));
         let bound = self.options.connect_timeout + self.options.response_timeout;
-        let conn = tokio::time::timeout(
+        let conn = super::bounded_connect(
+            BACKEND,
+            self.target.clone(),
             bound,
             self.client
                 .get_multiplexed_async_connection_with_config(&config),
         )
-        .await
-        .map_err(|_| BackendError::Timeout {
-            backend: BACKEND,
-            operation: "connect",
-            after: bound,
-        })?
-        .map_err(|e| BackendError::Connect {
-            backend: BACKEND,
-            target: self.target.clone(),
-            detail: e.to_string(),
-        })?;
+        .await?;
         *self.cached.lock().expect("poisoned") = Some(conn.clone());
         Ok(conn)
     }
@@ -336,6 +332,19 @@ impl LockService for RedisLock {
             owner: owner.to_string(),
             ttl: self.ttl,
             sent_at,
+        }))
+    }
+
+    async fn holder(&self) -> Result<Option<Holder>, BackendError> {
+        let inv = HOLDER.key(&self.lock_key);
+        let held: Option<String> = self.conn.run("holder", inv).await?;
+        let Some(held) = held else {
+            return Ok(None);
+        };
+        let (token, owner) = held.split_once(':').unwrap_or((held.as_str(), ""));
+        Ok(Some(Holder {
+            owner: owner.to_string(),
+            token: Token::new(parse_token("holder", token)?),
         }))
     }
 

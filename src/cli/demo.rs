@@ -3,9 +3,9 @@
 
 use super::UsageError;
 use clap::{Args, ValueEnum};
-use fencecheck::backend::servers::{PgServer, RedisServer};
+use fencecheck::backend::servers::{EtcdCluster, PgServer, RedisServer};
 use fencecheck::backend::{
-    Acquired, FencedStorage, LocalFencedMap, LocalLock, LockService, PgFencedStore,
+    Acquired, EtcdLock, FencedStorage, LocalFencedMap, LocalLock, LockService, PgFencedStore,
     RedisFencedStore, RedisLock, RedisOptions, WriteOutcome,
 };
 use fencecheck::protocol::FencePolicy;
@@ -19,6 +19,8 @@ pub(super) enum DemoBackend {
     Local,
     /// Redis (`--redis-url`, or a throwaway redis-server).
     Redis,
+    /// etcd (`--endpoints`, or a throwaway one-member cluster); leases count whole seconds.
+    Etcd,
 }
 
 /// Where the demo's data lives.
@@ -52,6 +54,9 @@ pub(super) struct DemoArgs {
     /// Use this PostgreSQL instead of starting a throwaway cluster.
     #[arg(long, value_name = "URL")]
     pg_url: Option<String>,
+    /// Use this etcd cluster (client URLs, comma-separated) instead of a throwaway one.
+    #[arg(long, value_name = "A,B,C")]
+    endpoints: Option<String>,
 }
 
 /// Servers the demo started; stopped when dropped.
@@ -59,6 +64,7 @@ pub(super) struct DemoArgs {
 struct Started {
     redis: Option<RedisServer>,
     pg: Option<PgServer>,
+    etcd: Option<EtcdCluster>,
 }
 
 pub(super) fn run(args: DemoArgs) -> Result<ExitCode, UsageError> {
@@ -70,7 +76,7 @@ pub(super) fn run(args: DemoArgs) -> Result<ExitCode, UsageError> {
     }
     let store = args.store.unwrap_or(match args.backend {
         DemoBackend::Local => DemoStore::Memory,
-        DemoBackend::Redis => DemoStore::Postgres,
+        DemoBackend::Redis | DemoBackend::Etcd => DemoStore::Postgres,
     });
     if args.backend == DemoBackend::Local && store == DemoStore::Redis {
         return Err(UsageError(
@@ -98,6 +104,17 @@ pub(super) fn run(args: DemoArgs) -> Result<ExitCode, UsageError> {
             Some(url)
         }
         (None, false) => None,
+    };
+    let endpoints: Vec<String> = match (&args.endpoints, args.backend == DemoBackend::Etcd) {
+        (Some(list), _) => list.split(',').map(|e| e.trim().to_string()).collect(),
+        (None, true) => {
+            let cluster = EtcdCluster::start(1).map_err(|e| UsageError(e.to_string()))?;
+            println!("started a throwaway etcd on {}", cluster.endpoints()[0]);
+            let endpoints = cluster.endpoints();
+            started.etcd = Some(cluster);
+            endpoints
+        }
+        (None, false) => Vec::new(),
     };
     let pg_url = match (&args.pg_url, store == DemoStore::Postgres) {
         (Some(url), _) => Some(url.clone()),
@@ -129,6 +146,12 @@ pub(super) fn run(args: DemoArgs) -> Result<ExitCode, UsageError> {
                 let url = redis_url.clone().expect("set above");
                 let lock =
                     RedisLock::connect_with(&url, "fencecheck-demo", ttl, opts).map_err(bad)?;
+                with_store(&lock, store, policy, redis_url, pg_url, &args).await
+            }
+            DemoBackend::Etcd => {
+                let lock = EtcdLock::connect(&endpoints, "fencecheck-demo", ttl)
+                    .await
+                    .map_err(bad)?;
                 with_store(&lock, store, policy, redis_url, pg_url, &args).await
             }
         }
@@ -194,7 +217,7 @@ async fn story<L: LockService, S: FencedStorage>(
     let pause = ttl * 3;
     println!(
         "two workers, one lease (ttl {} ms), storage {}",
-        args.ttl_ms,
+        ttl.as_millis(),
         if args.no_fence {
             "WITHOUT fencing (accepts every write)"
         } else {

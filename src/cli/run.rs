@@ -4,8 +4,8 @@
 use super::UsageError;
 use clap::{Args, ValueEnum};
 use fencecheck::backend::{
-    hold, Acquired, BackendError, FencedStorage, Grant, KeepaliveOptions, LockService,
-    PgFencedStore, RedisLock, RedisOptions, WriteOutcome,
+    hold, Acquired, BackendError, EtcdLock, EtcdOptions, FencedStorage, Grant, KeepaliveOptions,
+    LockService, PgFencedStore, RedisLock, RedisOptions, WriteOutcome,
 };
 use fencecheck::protocol::{FencePolicy, Token};
 use std::io::Write;
@@ -26,6 +26,53 @@ pub(super) const EXIT_BACKEND: u8 = 69;
 pub(super) enum Backend {
     /// A Redis server (`--redis-url`).
     Redis,
+    /// An etcd cluster (`--endpoints`); compatible with `etcdctl lock NAME`.
+    Etcd,
+}
+
+/// The lock service chosen on the command line, connected.
+enum AnyLock {
+    Redis(Arc<RedisLock>),
+    Etcd(Arc<EtcdLock>),
+}
+
+/// Connects the chosen backend; every request bounded by `timeout`.
+async fn connect_lock(
+    backend: Backend,
+    redis_url: &str,
+    endpoints: &[String],
+    name: &str,
+    ttl: Duration,
+    timeout: Duration,
+) -> Result<AnyLock, BackendError> {
+    Ok(match backend {
+        Backend::Redis => {
+            let options = RedisOptions {
+                connect_timeout: timeout,
+                response_timeout: timeout,
+            };
+            AnyLock::Redis(Arc::new(RedisLock::connect_with(
+                redis_url, name, ttl, options,
+            )?))
+        }
+        Backend::Etcd => {
+            let options = EtcdOptions {
+                connect_timeout: timeout,
+                request_timeout: timeout,
+            };
+            AnyLock::Etcd(Arc::new(
+                EtcdLock::connect_with(endpoints, name, ttl, options).await?,
+            ))
+        }
+    })
+}
+
+fn endpoints_of(list: &str) -> Vec<String> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+        .map(String::from)
+        .collect()
 }
 
 /// Parses `30s`, `500ms`, `2m`, `1h`, `1.5s`.
@@ -64,6 +111,9 @@ pub(super) struct RunArgs {
     /// The Redis server (`redis://HOST:PORT[/DB]`).
     #[arg(long, value_name = "URL", default_value = "redis://127.0.0.1:6379")]
     redis_url: String,
+    /// The etcd cluster's client URLs, comma-separated.
+    #[arg(long, value_name = "A,B,C", default_value = "http://127.0.0.1:2379")]
+    endpoints: String,
     /// The lock's name: every `run` with the same name excludes the others.
     #[arg(long, value_name = "NAME")]
     name: String,
@@ -126,18 +176,22 @@ pub(super) fn run(args: RunArgs) -> Result<ExitCode, UsageError> {
         Some(text) => Some(parse_duration(text).map_err(|e| UsageError(format!("--wait {e}")))?),
     };
     let owner = args.owner.clone().unwrap_or_else(default_owner);
-    let options = RedisOptions {
-        connect_timeout: args.timeout,
-        response_timeout: args.timeout,
-    };
-    let lock = match args.backend {
-        Backend::Redis => RedisLock::connect_with(&args.redis_url, &args.name, args.ttl, options),
-    };
-    let lock = match lock {
-        Ok(l) => Arc::new(l),
-        Err(e) => return backend_failure(e),
-    };
-    runtime().block_on(run_holding(lock, owner, wait, args))
+    runtime().block_on(async move {
+        let lock = connect_lock(
+            args.backend,
+            &args.redis_url,
+            &endpoints_of(&args.endpoints),
+            &args.name,
+            args.ttl,
+            args.timeout,
+        )
+        .await;
+        match lock {
+            Ok(AnyLock::Redis(l)) => run_holding(l, owner, wait, args).await,
+            Ok(AnyLock::Etcd(l)) => run_holding(l, owner, wait, args).await,
+            Err(e) => backend_failure(e),
+        }
+    })
 }
 
 async fn run_holding<L: LockService + 'static>(
@@ -265,9 +319,15 @@ fn exit_code_of(status: std::process::ExitStatus) -> ExitCode {
 
 #[derive(Debug, Args)]
 pub(super) struct WorkerArgs {
+    /// Where the lock lives.
+    #[arg(long, value_enum, default_value_t = Backend::Redis)]
+    backend: Backend,
     /// The Redis holding the lock.
-    #[arg(long, value_name = "URL")]
+    #[arg(long, value_name = "URL", default_value = "redis://127.0.0.1:6379")]
     redis_url: String,
+    /// The etcd cluster holding the lock.
+    #[arg(long, value_name = "A,B,C", default_value = "http://127.0.0.1:2379")]
+    endpoints: String,
     /// The PostgreSQL holding the data.
     #[arg(long, value_name = "URL")]
     pg_url: String,
@@ -299,8 +359,31 @@ pub(super) struct WorkerArgs {
 pub(super) fn worker(args: WorkerArgs) -> Result<ExitCode, UsageError> {
     runtime().block_on(async move {
         let fail = |e: BackendError| UsageError(format!("worker {}: {e}", args.owner));
-        let lock =
-            Arc::new(RedisLock::connect(&args.redis_url, &args.name, args.ttl).map_err(fail)?);
+        let endpoints = endpoints_of(&args.endpoints);
+        let timeout = Duration::from_secs(2);
+        let lock = connect_lock(
+            args.backend,
+            &args.redis_url,
+            &endpoints,
+            &args.name,
+            args.ttl,
+            timeout,
+        )
+        .await
+        .map_err(fail)?;
+        match lock {
+            AnyLock::Redis(l) => serve_worker(l, &args).await,
+            AnyLock::Etcd(l) => serve_worker(l, &args).await,
+        }
+    })
+}
+
+async fn serve_worker<L: LockService + 'static>(
+    lock: Arc<L>,
+    args: &WorkerArgs,
+) -> Result<ExitCode, UsageError> {
+    {
+        let fail = |e: BackendError| UsageError(format!("worker {}: {e}", args.owner));
         let policy = if args.unfenced {
             FencePolicy::AcceptAll
         } else {
@@ -357,5 +440,5 @@ pub(super) fn worker(args: WorkerArgs) -> Result<ExitCode, UsageError> {
             }
         }
         Ok(ExitCode::SUCCESS)
-    })
+    }
 }

@@ -9,6 +9,7 @@
 //! tokens went backwards still grants its leases one after another, and that order is the one the
 //! storage must respect.
 
+use super::token::Token;
 use std::fmt;
 
 /// Incremental check of `storage_in_lease_order`: the storage never accepts a write from an older
@@ -213,6 +214,45 @@ pub fn storage_in_lease_order(history: &History) -> Result<(), HistoryError> {
     Ok(())
 }
 
+/// Two elections were won with the same term.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("one_leader_per_term violated: term {term} was won by {first} and again by {second}")]
+pub struct TermReused<W: fmt::Display + fmt::Debug> {
+    /// The term won twice.
+    pub term: Token,
+    /// The first winner.
+    pub first: W,
+    /// The second winner.
+    pub second: W,
+}
+
+/// Checks `one_leader_per_term` over the wins of an election (term, winner), in any order: no two
+/// wins share a term. The leader-election models and the backend election tests both call it.
+///
+/// ```
+/// use fencecheck::protocol::{one_leader_per_term, Token};
+///
+/// assert!(one_leader_per_term(&[(Token::new(3), "a"), (Token::new(7), "b")]).is_ok());
+/// let twice = one_leader_per_term(&[(Token::new(3), "a"), (Token::new(3), "b")]).unwrap_err();
+/// assert_eq!(twice.to_string(), "one_leader_per_term violated: term 3 was won by a and again by b");
+/// ```
+pub fn one_leader_per_term<W: Clone + fmt::Display + fmt::Debug>(
+    wins: &[(Token, W)],
+) -> Result<(), TermReused<W>> {
+    let mut seen: Vec<(Token, &W)> = Vec::with_capacity(wins.len());
+    for (term, winner) in wins {
+        if let Some((_, first)) = seen.iter().find(|(t, _)| t == term) {
+            return Err(TermReused {
+                term: *term,
+                first: (*first).clone(),
+                second: winner.clone(),
+            });
+        }
+        seen.push((*term, winner));
+    }
+    Ok(())
+}
+
 impl fmt::Display for History {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for (i, e) in self.events.iter().enumerate() {
@@ -300,6 +340,21 @@ mod tests {
                 who: "ghost".into()
             })
         );
+    }
+
+    #[test]
+    fn a_term_won_twice_is_named() {
+        let t = Token::new;
+        assert_eq!(one_leader_per_term::<&str>(&[]), Ok(()));
+        assert_eq!(
+            one_leader_per_term(&[(t(1), "a"), (t(2), "b"), (t(1), "c")]),
+            Err(TermReused {
+                term: t(1),
+                first: "a",
+                second: "c"
+            })
+        );
+        assert_eq!(one_leader_per_term(&[(t(2), "a"), (t(1), "a")]), Ok(()));
     }
 
     #[test]

@@ -16,7 +16,10 @@ mod register;
 mod token;
 
 pub use fence::{Fence, FencePolicy, StaleWrite};
-pub use history::{storage_in_lease_order, Event, History, HistoryError, LeaseOrder};
+pub use history::{
+    one_leader_per_term, storage_in_lease_order, Event, History, HistoryError, LeaseOrder,
+    TermReused,
+};
 pub use lease::{Acquire, Lease, LeaseError, LeaseTable};
 pub use register::{Campaign, TermRegister};
 pub use token::{Token, TokenExhausted, TokenIssuer};

@@ -61,6 +61,7 @@ const BASELINES: &[&str] = &[
     "full_threads1",
     "redis_benchmark_floor",
     "plain_upsert",
+    "put_if_absent_delete_floor",
 ];
 
 fn read_json(path: &Path, what: &'static str) -> Result<Value, BenchError> {

@@ -1,0 +1,71 @@
+//! `EtcdLock` acquire + release on a one-member and a three-member cluster this benchmark starts,
+//! against the floor of a raw put-if-absent transaction plus a delete on the same cluster.
+//!
+//! Round trips: our acquire is two (lease grant, then one transaction that creates the key and
+//! reads the lowest key) and our release two (a compare-and-delete transaction, then the lease
+//! revoke); the floor is one each way, with no lease.
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use etcd_client::{Client, Compare, CompareOp, Txn, TxnOp};
+use fencecheck::backend::servers::EtcdCluster;
+use fencecheck::backend::{Acquired, EtcdLock, LockService};
+use std::time::Duration;
+
+fn bench_cluster(c: &mut Criterion, members: usize) {
+    let cluster = EtcdCluster::start(members).expect("etcd starts");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let endpoints = cluster.endpoints();
+    let lock = rt
+        .block_on(EtcdLock::connect(
+            &endpoints,
+            "bench",
+            Duration::from_secs(30),
+        ))
+        .unwrap();
+    let mut client = rt.block_on(Client::connect(&endpoints, None)).unwrap();
+    let mut g = c.benchmark_group(format!("etcd/{members}_members/acquire_release"));
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("fenced_acquire_release", |b| {
+        b.iter(|| {
+            rt.block_on(async {
+                let Acquired::Granted(grant) = lock.try_acquire("owner").await.unwrap() else {
+                    panic!("the bench lock is free between iterations");
+                };
+                assert!(lock.release("owner", grant.token).await.unwrap());
+            })
+        })
+    });
+    g.bench_function("put_if_absent_delete_floor", |b| {
+        b.iter(|| {
+            rt.block_on(async {
+                let txn = Txn::new()
+                    .when([Compare::create_revision("floor/k", CompareOp::Equal, 0)])
+                    .and_then([TxnOp::put("floor/k", "owner", None)]);
+                assert!(client.txn(txn).await.unwrap().succeeded());
+                client.delete("floor/k", None).await.unwrap();
+            })
+        })
+    });
+    g.finish();
+}
+
+fn one_member(c: &mut Criterion) {
+    bench_cluster(c, 1);
+}
+
+fn three_members(c: &mut Criterion) {
+    bench_cluster(c, 3);
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .sample_size(20)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(4));
+    targets = one_member, three_members
+}
+criterion_main!(benches);

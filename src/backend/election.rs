@@ -1,0 +1,105 @@
+//! Leader election on any lease lock.
+//!
+//! Campaigning is acquiring the lease, the **term** is the grant's fencing token, leadership lasts
+//! while the lease is renewed, and resigning is releasing it. On etcd this is exactly etcd's own
+//! election recipe (`etcdctl elect NAME`: the key under `NAME/` with the lowest create revision
+//! leads), so the term is the leader key's create revision. Carry the term to every write the
+//! leader makes, as a fencing token: a deposed leader's late writes are then refused.
+
+use super::{hold, BackendError, HeldLease, Holder, KeepaliveOptions, LockService, LostReason};
+use crate::protocol::Token;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Leader election among candidates sharing one lock.
+pub struct LeaderElection<L: LockService + 'static> {
+    lock: Arc<L>,
+    keepalive: KeepaliveOptions,
+}
+
+/// A won term: renewed in the background until resigned or lost.
+pub struct Leadership<L: LockService + 'static> {
+    held: HeldLease<L>,
+}
+
+impl<L: LockService + 'static> LeaderElection<L> {
+    /// An election over `lock` (one lock per election).
+    pub fn new(lock: Arc<L>) -> Self {
+        Self::with_keepalive(lock, KeepaliveOptions::default())
+    }
+
+    /// An election whose leaders renew with `keepalive`.
+    pub fn with_keepalive(lock: Arc<L>, keepalive: KeepaliveOptions) -> Self {
+        LeaderElection { lock, keepalive }
+    }
+
+    /// Campaigns as `candidate` for up to `timeout`: `Some` once elected (a term larger than every
+    /// earlier leader's), `None` when someone else still leads when the time is up.
+    pub async fn campaign(
+        &self,
+        candidate: &str,
+        timeout: Duration,
+    ) -> Result<Option<Leadership<L>>, BackendError> {
+        Ok(self
+            .lock
+            .acquire(candidate, timeout)
+            .await?
+            .map(|grant| Leadership {
+                held: hold(Arc::clone(&self.lock), grant, self.keepalive),
+            }))
+    }
+
+    /// The current leader and its term, if any.
+    pub async fn leader(&self) -> Result<Option<Holder>, BackendError> {
+        self.lock.holder().await
+    }
+
+    /// Waits up to `timeout` for a leader whose term is not `seen` (a change of leadership, or
+    /// the first leader when `seen` is `None`), polling every 20 ms.
+    pub async fn observe(
+        &self,
+        seen: Option<Token>,
+        timeout: Duration,
+    ) -> Result<Option<Holder>, BackendError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(h) = self.leader().await? {
+                if Some(h.token) != seen {
+                    return Ok(Some(h));
+                }
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(None);
+            }
+            tokio::time::sleep(Duration::from_millis(20).min(deadline - now)).await;
+        }
+    }
+}
+
+impl<L: LockService + 'static> Leadership<L> {
+    /// The term: this leadership's fencing token.
+    pub fn term(&self) -> Token {
+        self.held.token()
+    }
+
+    /// The leader's name.
+    pub fn candidate(&self) -> &str {
+        self.held.owner()
+    }
+
+    /// Whether leadership must be treated as lost (renewal refused or safe deadline passed).
+    pub fn is_lost(&self) -> bool {
+        self.held.is_lost()
+    }
+
+    /// Waits until leadership is lost and says why.
+    pub async fn lost(&mut self) -> LostReason {
+        self.held.lost().await
+    }
+
+    /// Steps down. `Ok(false)` when the term had already ended.
+    pub async fn resign(self) -> Result<bool, BackendError> {
+        self.held.release().await
+    }
+}

@@ -1,0 +1,249 @@
+//! The contract every backend meets: the same calls, the same answers, on the in-process lock and
+//! on every server backend.
+
+use fencecheck::backend::{Acquired, FencedStorage, Grant, LockService, WriteOutcome};
+use fencecheck::protocol::{StaleWrite, Token};
+use std::time::{Duration, Instant};
+
+pub fn granted(a: Acquired) -> Grant {
+    match a {
+        Acquired::Granted(g) => g,
+        other => panic!("expected a grant, got {other:?}"),
+    }
+}
+
+pub fn stale(token: u64, highest: u64) -> WriteOutcome {
+    WriteOutcome::Stale(StaleWrite {
+        token: Token::new(token),
+        highest: Token::new(highest),
+    })
+}
+
+/// The lock contract, on any backend: one holder, increasing tokens, stale calls refused,
+/// stealing only after expiry.
+pub async fn lock_contract<L: LockService>(lock: &L) {
+    let a = granted(lock.try_acquire("a").await.unwrap());
+    let Acquired::Busy { holder, remaining } = lock.try_acquire("b").await.unwrap() else {
+        panic!("b acquired a held lock");
+    };
+    assert_eq!(holder.as_deref(), Some("a"));
+    if let Some(left) = remaining {
+        assert!(
+            left <= lock.ttl(),
+            "{left:?} left of a {:?} lease",
+            lock.ttl()
+        );
+    }
+    assert!(lock.extend("a", a.token).await.unwrap().is_some());
+    assert!(
+        lock.extend("b", a.token).await.unwrap().is_none(),
+        "wrong owner extended"
+    );
+    assert!(
+        !lock.release("b", a.token).await.unwrap(),
+        "wrong owner released"
+    );
+    assert!(lock.release("a", a.token).await.unwrap());
+    assert!(!lock.release("a", a.token).await.unwrap(), "double release");
+
+    let b = granted(lock.try_acquire("b").await.unwrap());
+    assert!(b.token > a.token);
+    assert!(
+        !lock.release("a", a.token).await.unwrap(),
+        "stale token released"
+    );
+    // Expiry: someone else may take it only after the TTL, then with a larger token; the old
+    // holder's extend and release are refused. (Servers expire leases a little after the TTL:
+    // etcd's lessor checks every 500 ms.)
+    let c = lock
+        .acquire("c", lock.ttl() * 3)
+        .await
+        .unwrap()
+        .expect("b's lease expires");
+    let waited = c.sent_at.saturating_duration_since(b.sent_at);
+    assert!(
+        waited + Duration::from_millis(50) >= lock.ttl(),
+        "stolen after {waited:?}"
+    );
+    assert!(c.token > b.token);
+    assert!(lock.extend("b", b.token).await.unwrap().is_none());
+    assert!(!lock.release("b", b.token).await.unwrap());
+    // acquire with a timeout gives up on time while c holds it, then gets it after release.
+    let t0 = Instant::now();
+    assert!(lock
+        .acquire("d", Duration::from_millis(60))
+        .await
+        .unwrap()
+        .is_none());
+    let waited = t0.elapsed();
+    assert!(
+        waited >= Duration::from_millis(60),
+        "gave up early: {waited:?}"
+    );
+    assert!(waited < Duration::from_secs(1), "gave up late: {waited:?}");
+    assert!(lock.release("c", c.token).await.unwrap());
+    let d = lock
+        .acquire("d", Duration::from_secs(1))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(d.token > c.token);
+    lock.release("d", d.token).await.unwrap();
+}
+
+/// The storage contract, on any backend; `fenced = false` is the accept-all control.
+pub async fn storage_contract<S: FencedStorage>(store: &S, fenced: bool) {
+    assert_eq!(store.read("k").await.unwrap(), None);
+    assert_eq!(
+        store.write("k", Token::new(2), b"two").await.unwrap(),
+        WriteOutcome::Accepted
+    );
+    assert_eq!(
+        store.write("k", Token::new(2), b"two again").await.unwrap(),
+        WriteOutcome::Accepted
+    );
+    let late = store.write("k", Token::new(1), b"one").await.unwrap();
+    let read = store.read("k").await.unwrap().unwrap();
+    if fenced {
+        assert_eq!(late, stale(1, 2));
+        assert_eq!(
+            (read.token, &read.value[..]),
+            (Token::new(2), &b"two again"[..])
+        );
+    } else {
+        assert_eq!(late, WriteOutcome::Accepted);
+        assert_eq!((read.token, &read.value[..]), (Token::new(1), &b"one"[..]));
+    }
+    assert_eq!(
+        store.write("k", Token::new(3), b"three").await.unwrap(),
+        WriteOutcome::Accepted
+    );
+    assert_eq!(
+        store.write("other", Token::new(1), b"x").await.unwrap(),
+        WriteOutcome::Accepted
+    );
+    assert_eq!(store.read("k").await.unwrap().unwrap().value, b"three");
+}
+
+/// The election contract, on any backend: of two concurrent candidates exactly one leads; the
+/// leader and its term are observable; renewals keep it leading past its TTL; after it resigns,
+/// or dies without resigning, a new candidate wins a larger term. Returns the wins (term, winner)
+/// in order, which the caller checks with `one_leader_per_term`.
+pub async fn election_contract<L: LockService + 'static>(
+    lock: std::sync::Arc<L>,
+) -> Vec<(Token, String)> {
+    use fencecheck::backend::LeaderElection;
+    let ttl = lock.ttl();
+    let election = LeaderElection::new(lock);
+    let mut wins = Vec::new();
+    assert_eq!(election.leader().await.unwrap(), None);
+
+    let patience = Duration::from_millis(300);
+    let (a, b) = tokio::join!(
+        election.campaign("a", patience),
+        election.campaign("b", patience)
+    );
+    let (a, b) = (a.unwrap(), b.unwrap());
+    assert!(
+        a.is_some() != b.is_some(),
+        "exactly one of two concurrent candidates wins"
+    );
+    let leader = a.or(b).unwrap();
+    wins.push((leader.term(), leader.candidate().to_string()));
+    let seen = election.leader().await.unwrap().expect("a leader");
+    assert_eq!(
+        (seen.owner.as_str(), seen.token),
+        (leader.candidate(), leader.term())
+    );
+
+    // Renewals keep it leading past its TTL.
+    tokio::time::sleep(ttl + ttl / 2).await;
+    assert!(!leader.is_lost());
+    assert_eq!(
+        election.leader().await.unwrap().map(|h| h.token),
+        Some(leader.term())
+    );
+
+    // Resigning hands over: the next candidate wins a larger term.
+    let first = leader.term();
+    assert!(leader.resign().await.unwrap());
+    let c = election
+        .campaign("c", ttl)
+        .await
+        .unwrap()
+        .expect("free after resign");
+    assert!(c.term() > first);
+    wins.push((c.term(), "c".to_string()));
+
+    // The leader dies without resigning (its renewals stop): a new term only after its lease.
+    let dead_term = c.term();
+    drop(c);
+    let t0 = Instant::now();
+    let d = election
+        .campaign("d", ttl * 4)
+        .await
+        .unwrap()
+        .expect("the dead leader's lease expires");
+    // Its last renewal was at most ttl/3 before it died, so its lease ran at least 2/3 ttl more.
+    assert!(
+        t0.elapsed() >= ttl / 2,
+        "took over too early: {:?}",
+        t0.elapsed()
+    );
+    assert!(d.term() > dead_term);
+    let observed = election
+        .observe(Some(dead_term), ttl)
+        .await
+        .unwrap()
+        .expect("new leader");
+    assert_eq!((observed.owner.as_str(), observed.token), ("d", d.term()));
+    wins.push((d.term(), "d".to_string()));
+    assert!(d.resign().await.unwrap());
+    wins
+}
+
+/// A broken lock for the negative control: a busy try-acquire "wins" anyway, with the current
+/// holder's token (a blind campaign).
+pub struct BlindCampaign<L>(pub L);
+
+impl<L: LockService> LockService for BlindCampaign<L> {
+    fn ttl(&self) -> Duration {
+        self.0.ttl()
+    }
+    async fn try_acquire(
+        &self,
+        owner: &str,
+    ) -> Result<Acquired, fencecheck::backend::BackendError> {
+        match self.0.try_acquire(owner).await? {
+            Acquired::Busy { .. } => {
+                let holder = self.0.holder().await?.expect("busy means held");
+                Ok(Acquired::Granted(Grant {
+                    token: holder.token,
+                    owner: owner.to_string(),
+                    ttl: self.0.ttl(),
+                    sent_at: Instant::now(),
+                }))
+            }
+            granted => Ok(granted),
+        }
+    }
+    async fn extend(
+        &self,
+        owner: &str,
+        token: Token,
+    ) -> Result<Option<Grant>, fencecheck::backend::BackendError> {
+        self.0.extend(owner, token).await
+    }
+    async fn holder(
+        &self,
+    ) -> Result<Option<fencecheck::backend::Holder>, fencecheck::backend::BackendError> {
+        self.0.holder().await
+    }
+    async fn release(
+        &self,
+        owner: &str,
+        token: Token,
+    ) -> Result<bool, fencecheck::backend::BackendError> {
+        self.0.release(owner, token).await
+    }
+}

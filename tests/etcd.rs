@@ -1,0 +1,271 @@
+//! The etcd lock on real etcd clusters this test starts (one member, and three for the faults):
+//! the backend contract, interoperation with `etcdctl lock` both ways, bounded errors, and the
+//! lock working through a leader kill.
+#![cfg(feature = "backends")]
+
+mod common;
+
+use common::contract::{election_contract, lock_contract};
+use fencecheck::backend::servers::{signal, started_or_skip, EtcdCluster};
+use fencecheck::backend::{Acquired, BackendError, EtcdLock, EtcdOptions, LockService};
+use fencecheck::protocol::one_leader_per_term;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+const TTL: Duration = Duration::from_secs(1);
+
+#[tokio::test]
+async fn etcd_lock_meets_the_contract() {
+    let Some(etcd) = started_or_skip("etcd contract", EtcdCluster::start(1)) else {
+        return;
+    };
+    let lock = EtcdLock::connect(&etcd.endpoints(), "contract", TTL)
+        .await
+        .unwrap();
+    lock_contract(&lock).await;
+    let lock = EtcdLock::connect(&etcd.endpoints(), "election", TTL)
+        .await
+        .unwrap();
+    let wins = election_contract(std::sync::Arc::new(lock)).await;
+    one_leader_per_term(&wins).unwrap();
+}
+
+/// Starts `etcdctl lock NAME` and returns it with a channel that receives the line it prints
+/// once it holds the lock.
+fn etcdctl_lock(endpoints: &[String], name: &str) -> (std::process::Child, mpsc::Receiver<String>) {
+    let mut child = Command::new("etcdctl")
+        .env("ETCDCTL_API", "3")
+        .args([
+            "--endpoints",
+            &endpoints.join(","),
+            "lock",
+            name,
+            "--ttl",
+            "2",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("etcdctl runs (Debian: etcd-client)");
+    let out = BufReader::new(child.stdout.take().unwrap());
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in out.lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    (child, rx)
+}
+
+#[tokio::test]
+async fn etcdctl_lock_and_ours_exclude_each_other() {
+    let Some(etcd) = started_or_skip("etcdctl interop", EtcdCluster::start(1)) else {
+        return;
+    };
+    let endpoints = etcd.endpoints();
+    let lock = EtcdLock::connect(&endpoints, "shared", TTL).await.unwrap();
+
+    // etcdctl holds it: ours is refused, and gets it after etcdctl lets go.
+    let (mut ctl, held) = etcdctl_lock(&endpoints, "shared");
+    let key = held
+        .recv_timeout(Duration::from_secs(10))
+        .expect("etcdctl took the lock");
+    assert!(key.starts_with("shared/"), "{key}");
+    match lock.try_acquire("ours").await.unwrap() {
+        Acquired::Busy { holder, .. } => assert_eq!(holder.as_deref(), Some(key.as_str())),
+        other => panic!("acquired while etcdctl held the lock: {other:?}"),
+    }
+    signal(ctl.id(), libc::SIGINT).unwrap(); // etcdctl closes its session and unlocks
+    ctl.wait().unwrap();
+    let g = lock
+        .acquire("ours", Duration::from_secs(5))
+        .await
+        .unwrap()
+        .expect("free after etcdctl");
+
+    // Ours holds it: etcdctl waits, and gets it when we release.
+    let (mut ctl, held) = etcdctl_lock(&endpoints, "shared");
+    assert!(
+        held.recv_timeout(Duration::from_millis(700)).is_err(),
+        "etcdctl took a lock we hold"
+    );
+    assert!(lock.release("ours", g.token).await.unwrap());
+    let key = held
+        .recv_timeout(Duration::from_secs(5))
+        .expect("etcdctl gets it after release");
+    assert!(key.starts_with("shared/"));
+    let _ = ctl.kill();
+    let _ = ctl.wait();
+}
+
+#[tokio::test]
+async fn bad_input_and_unreachable_clusters_are_clear_errors() {
+    let e = EtcdLock::connect(&[], "x", TTL)
+        .await
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("invalid etcd endpoints: none given"), "{e}");
+    let e = EtcdLock::connect(&["localhost".into()], "x", TTL)
+        .await
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("invalid etcd endpoint"), "{e}");
+    let e = EtcdLock::connect(&["http://127.0.0.1:1".into()], "", TTL)
+        .await
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("invalid lock name"), "{e}");
+
+    // Every endpoint down: an error within the bound, not a hang.
+    let ports: Vec<String> = (0..3)
+        .map(|_| {
+            format!(
+                "http://127.0.0.1:{}",
+                fencecheck::backend::servers::free_port().unwrap()
+            )
+        })
+        .collect();
+    let options = EtcdOptions {
+        connect_timeout: Duration::from_millis(500),
+        request_timeout: Duration::from_millis(500),
+    };
+    let t0 = Instant::now();
+    let result = match EtcdLock::connect_with(&ports, "x", TTL, options).await {
+        Ok(lock) => lock.try_acquire("a").await.map(|_| ()),
+        Err(e) => Err(e),
+    };
+    let took = t0.elapsed();
+    let e = result.expect_err("no etcd is listening");
+    assert!(took < Duration::from_secs(3), "took {took:?}");
+    assert!(
+        matches!(
+            e,
+            BackendError::Connect { .. }
+                | BackendError::Timeout { .. }
+                | BackendError::Server { .. }
+        ),
+        "{e}"
+    );
+}
+
+/// Acquires and releases, retrying a call that failed because it reached a dead or stopped
+/// member (as a client must); returns the token and how many attempts failed.
+async fn acquire_release(lock: &EtcdLock) -> (u64, usize) {
+    let mut failures = 0;
+    loop {
+        match lock.acquire("w", Duration::from_secs(5)).await {
+            Ok(Some(g)) => {
+                // The release may also land on the bad member; a lease it cannot revoke expires.
+                let mut released = false;
+                for _ in 0..5 {
+                    if let Ok(done) = lock.release("w", g.token).await {
+                        released = done;
+                        break;
+                    }
+                }
+                if !released {
+                    tokio::time::sleep(TTL * 2).await;
+                }
+                return (g.token.get(), failures);
+            }
+            Ok(None) => panic!("no grant within 5 s"),
+            Err(e) => {
+                eprintln!("attempt failed: {e}");
+                failures += 1;
+                assert!(failures < 8, "the lock kept failing: {e}");
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lock_works_through_a_leader_kill_and_a_stopped_member() {
+    let Some(mut etcd) = started_or_skip("etcd 3 nodes", EtcdCluster::start(3)) else {
+        return;
+    };
+    let options = EtcdOptions {
+        connect_timeout: Duration::from_secs(1),
+        request_timeout: Duration::from_secs(1),
+    };
+    let lock = EtcdLock::connect_with(&etcd.endpoints(), "faults", TTL, options)
+        .await
+        .unwrap();
+    let mut last = 0;
+    for round in 0..3 {
+        let leader = etcd.leader().expect("a leader");
+        etcd.kill9(leader);
+        // The other two elect a new leader; the lock keeps working with rising tokens.
+        let (token, failures) = acquire_release(&lock).await;
+        assert!(token > last, "round {round}: token {token} after {last}");
+        eprintln!("leader {leader} killed: token {token}, {failures} failed attempts");
+        last = token;
+        etcd.restart(leader).unwrap();
+    }
+    // One member stopped (a slow or partitioned node): the majority still serves the lock.
+    let pid = etcd.pid(0).unwrap();
+    signal(pid, libc::SIGSTOP).unwrap();
+    let (token, failures) = acquire_release(&lock).await;
+    signal(pid, libc::SIGCONT).unwrap();
+    assert!(token > last);
+    eprintln!("member 0 stopped: token {token}, {failures} failed attempts");
+}
+
+#[test]
+fn run_and_demo_work_on_etcd() {
+    let Some(etcd) = started_or_skip("run on etcd", EtcdCluster::start(1)) else {
+        return;
+    };
+    let endpoints = etcd.endpoints().join(",");
+    let fencecheck = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_fencecheck"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let run = [
+        "run",
+        "--backend",
+        "etcd",
+        "--endpoints",
+        &endpoints,
+        "--name",
+        "job",
+        "--ttl",
+        "1s",
+    ];
+    let out = fencecheck(&[&run[..], &["--", "sh", "-c", "echo $FENCECHECK_TOKEN"]].concat());
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let first: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    let out = fencecheck(&[&run[..], &["--", "sh", "-c", "echo $FENCECHECK_TOKEN"]].concat());
+    let second: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    assert!(second > first, "revision tokens {first} then {second}");
+
+    let out = fencecheck(&[
+        "demo",
+        "--backend",
+        "etcd",
+        "--endpoints",
+        &endpoints,
+        "--store",
+        "memory",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("REJECT worker-A token="), "{text}");
+    assert!(text.contains("final value : written-by-B"), "{text}");
+}
