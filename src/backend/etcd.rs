@@ -5,9 +5,16 @@
 //! with the lowest create revision under `NAME/` holds the lock. Revisions are the cluster's
 //! global, strictly increasing write counter, replicated by Raft, so a later holder's key always
 //! has a larger create revision — the token survives restarts and leader changes without any
-//! counter of ours. `try_acquire` is two round trips (grant a lease; one transaction that creates
-//! the key and reads the lowest key); a contender that is not first removes its key again (so it
-//! does not queue), while [`LockService::acquire`] keeps its key and waits its turn as etcdctl does.
+//! counter of ours.
+//!
+//! Each owner has a **session lease**, reused across acquisitions while it lives: an acquire is
+//! one transaction that creates the key and reads the lowest key (one round trip, one Raft write),
+//! preceded by a keepalive of the session lease when it was last renewed more than a tenth of the
+//! TTL ago, or by a grant when it lapsed — at most two round trips. A release is one (delete the
+//! key if its create revision is still the token). A contender that is not first
+//! removes its key again (so it does not queue), while [`LockService::acquire`] keeps its key and
+//! waits its turn as etcdctl does. Nothing renews a session in the background: a lease not
+//! extended ends a TTL after its last acquire or extend, as on every backend.
 //!
 //! etcd leases count whole seconds: the TTL is rounded up to a whole number of seconds, at least 1.
 
@@ -87,6 +94,8 @@ pub struct EtcdLock {
     options: EtcdOptions,
     endpoints: usize,
     held: Mutex<HashMap<u64, Held>>,
+    /// Each owner's session lease and when it was last granted or renewed (send time).
+    sessions: Mutex<HashMap<String, (i64, Instant)>>,
 }
 
 fn etcd_err(operation: &'static str, e: etcd_client::Error) -> BackendError {
@@ -164,6 +173,7 @@ impl EtcdLock {
             options,
             endpoints: endpoints.len(),
             held: Mutex::new(HashMap::new()),
+            sessions: Mutex::new(HashMap::new()),
         })
     }
 
@@ -234,14 +244,7 @@ impl EtcdLock {
         owner: &str,
     ) -> Result<(i64, String, i64, Option<(String, i64, String)>, Instant), BackendError> {
         validate_name("owner", owner)?;
-        let sent_at = Instant::now();
-        let ttl = self.ttl_secs;
-        let lease = self
-            .call("lease grant", Retry::Always, |mut c| async move {
-                c.lease_grant(ttl, None).await
-            })
-            .await?
-            .id();
+        let (lease, sent_at) = self.session(owner).await?;
         let key = format!("{}{lease:x}", self.prefix);
         let txn = Txn::new()
             .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
@@ -282,6 +285,66 @@ impl EtcdLock {
         };
         let lowest = gets.last().and_then(|g| Self::lowest(g.kvs()));
         Ok((lease, key, revision, lowest, sent_at))
+    }
+
+    /// The owner's session lease and the send time of its last grant or renewal. A session
+    /// renewed less than a tenth of the TTL ago is used as it is (no round trip); an older one is
+    /// renewed (one keepalive, no Raft write); a lapsed one is replaced by a fresh grant. A lock
+    /// taken under the session lives until that send time plus the TTL, which is what the grant
+    /// reports.
+    async fn session(&self, owner: &str) -> Result<(i64, Instant), BackendError> {
+        let known = self.sessions.lock().expect("poisoned").get(owner).copied();
+        if let Some((lease, renewed)) = known {
+            if renewed.elapsed() < self.ttl / 10 {
+                return Ok((lease, renewed));
+            }
+            let sent = Instant::now();
+            if self.keep_alive_once(lease).await? {
+                self.remember_session(owner, lease, sent);
+                return Ok((lease, sent));
+            }
+        }
+        let ttl = self.ttl_secs;
+        let sent = Instant::now();
+        let lease = self
+            .call("lease grant", Retry::Always, |mut c| async move {
+                c.lease_grant(ttl, None).await
+            })
+            .await?
+            .id();
+        self.remember_session(owner, lease, sent);
+        Ok((lease, sent))
+    }
+
+    fn remember_session(&self, owner: &str, lease: i64, renewed: Instant) {
+        self.sessions
+            .lock()
+            .expect("poisoned")
+            .insert(owner.to_string(), (lease, renewed));
+    }
+
+    /// Deletes `key` if it is still the one created at `token`: whether it was.
+    async fn delete_key(&self, key: &str, token: i64) -> Result<bool, BackendError> {
+        let txn = Txn::new()
+            .when([Compare::create_revision(key, CompareOp::Equal, token)])
+            .and_then([TxnOp::delete(key, None)]);
+        Ok(self
+            .call("release", Retry::IfNotSent, |mut c| {
+                let txn = txn.clone();
+                async move { c.txn(txn).await }
+            })
+            .await?
+            .succeeded())
+    }
+
+    /// Whether `owner` already holds the lock under `token` (this lock is not reentrant: asking
+    /// again while holding is busy).
+    fn holds_already(&self, owner: &str, token: i64) -> bool {
+        self.held
+            .lock()
+            .expect("poisoned")
+            .get(&(token as u64))
+            .is_some_and(|h| h.owner == owner)
     }
 
     fn granted(&self, owner: &str, lease: i64, key: String, token: i64, sent_at: Instant) -> Grant {
@@ -362,20 +425,6 @@ impl EtcdLock {
             Err(e) => Err(e),
         }
     }
-
-    /// Revokes `lease` (deleting its key): `false` when it was already gone.
-    async fn revoke(&self, lease: i64) -> Result<bool, BackendError> {
-        let result = self
-            .call("lease revoke", Retry::Always, |mut c| async move {
-                c.lease_revoke(lease).await
-            })
-            .await;
-        match result {
-            Ok(_) => Ok(true),
-            Err(BackendError::Server { detail, .. }) if detail.contains("not found") => Ok(false),
-            Err(e) => Err(e),
-        }
-    }
 }
 
 impl LockService for EtcdLock {
@@ -385,14 +434,19 @@ impl LockService for EtcdLock {
 
     async fn try_acquire(&self, owner: &str) -> Result<Acquired, BackendError> {
         let (lease, key, revision, lowest, sent_at) = self.enqueue(owner).await?;
+        if self.holds_already(owner, revision) {
+            return Ok(Acquired::Busy {
+                holder: Some(owner.to_string()),
+                remaining: None,
+            });
+        }
         match lowest {
             Some((k, rev, _)) if k == key => Ok(Acquired::Granted(
                 self.granted(owner, lease, key, rev, sent_at),
             )),
             other => {
-                // Not first: leave the line (revoking the lease deletes our key).
-                self.revoke(lease).await?;
-                let _ = revision;
+                // Not first: leave the line (the session lease stays for the next try).
+                self.delete_key(&key, revision).await?;
                 Ok(Acquired::Busy {
                     holder: other.map(|(k, _, v)| if v.is_empty() { k } else { v }),
                     remaining: None,
@@ -405,6 +459,9 @@ impl LockService for EtcdLock {
         let deadline = Instant::now() + timeout;
         let (lease, key, revision, lowest, mut sent_at) = self.enqueue(owner).await?;
         let token = Token::new(revision as u64);
+        if self.holds_already(owner, revision) {
+            return Ok(None);
+        }
         if lowest.is_some_and(|(k, _, _)| k == key) {
             return Ok(Some(self.granted(owner, lease, key, revision, sent_at)));
         }
@@ -414,7 +471,7 @@ impl LockService for EtcdLock {
         loop {
             let now = Instant::now();
             if now >= deadline {
-                self.revoke(lease).await?;
+                self.delete_key(&key, revision).await?;
                 return Ok(None);
             }
             tokio::time::sleep(backoff.min(deadline - now)).await;
@@ -428,6 +485,7 @@ impl LockService for EtcdLock {
                         detail: "our lease expired while waiting in line".into(),
                     });
                 }
+                self.remember_session(owner, lease, sent);
                 sent_at = sent;
                 renew_at = sent + self.ttl / 3;
             }
@@ -446,6 +504,7 @@ impl LockService for EtcdLock {
             self.held.lock().expect("poisoned").remove(&token.get());
             return Ok(None);
         }
+        self.remember_session(owner, held.lease, sent_at);
         Ok(Some(Grant {
             token,
             owner: owner.to_string(),
@@ -468,23 +527,9 @@ impl LockService for EtcdLock {
             return Ok(false);
         };
         self.held.lock().expect("poisoned").remove(&token.get());
-        // Delete the key only if it is still the one created at `token`, then drop the lease.
-        let txn = Txn::new()
-            .when([Compare::create_revision(
-                held.key.clone(),
-                CompareOp::Equal,
-                token.get() as i64,
-            )])
-            .and_then([TxnOp::delete(held.key.clone(), None)]);
-        let deleted = self
-            .call("release", Retry::IfNotSent, |mut c| {
-                let txn = txn.clone();
-                async move { c.txn(txn).await }
-            })
-            .await?
-            .succeeded();
-        self.revoke(held.lease).await?;
-        Ok(deleted)
+        // Delete the key only if it is still the one created at `token`; the owner's session
+        // lease is kept for its next acquisition (it lapses on its own if there is none).
+        self.delete_key(&held.key, token.get() as i64).await
     }
 }
 
