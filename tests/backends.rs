@@ -6,7 +6,8 @@
 mod common;
 
 use common::contract::{
-    election_contract, granted, lock_contract, stale, storage_contract, BlindCampaign,
+    election_contract, granted, lock_contract, lost_signal_contract, stale, storage_contract,
+    BlindCampaign,
 };
 
 use fencecheck::backend::servers::{started_or_skip, PgServer, RedisServer};
@@ -56,6 +57,10 @@ async fn elections_on_every_backend_give_one_leader_per_term() {
 #[tokio::test]
 async fn in_process_backend_meets_the_contract() {
     lock_contract(&LocalLock::new(Duration::from_millis(150)).unwrap()).await;
+    lost_signal_contract(Arc::new(
+        LocalLock::new(Duration::from_millis(150)).unwrap(),
+    ))
+    .await;
     storage_contract(&LocalFencedMap::new(FencePolicy::Fenced), true).await;
     storage_contract(&LocalFencedMap::new(FencePolicy::AcceptAll), false).await;
 }
@@ -67,6 +72,7 @@ async fn redis_lock_and_store_meet_the_contract() {
     };
     let lock = RedisLock::connect(&redis.url(), "contract", Duration::from_millis(150)).unwrap();
     lock_contract(&lock).await;
+    lost_signal_contract(Arc::new(lock)).await;
     storage_contract(
         &RedisFencedStore::connect(&redis.url(), "fenced").unwrap(),
         true,

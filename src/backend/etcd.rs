@@ -42,6 +42,7 @@ enum Retry {
 
 /// gRPC status codes (tonic's `Code` discriminants).
 const GRPC_CANCELLED: i32 = 1;
+const GRPC_UNKNOWN: i32 = 2;
 const GRPC_DEADLINE_EXCEEDED: i32 = 4;
 const GRPC_UNAVAILABLE: i32 = 14;
 
@@ -51,7 +52,7 @@ fn retryable(e: &etcd_client::Error, retry: Retry) -> bool {
             let code = status.code() as i32;
             code == GRPC_UNAVAILABLE
                 || (retry == Retry::Always
-                    && (code == GRPC_CANCELLED || code == GRPC_DEADLINE_EXCEEDED))
+                    && matches!(code, GRPC_CANCELLED | GRPC_UNKNOWN | GRPC_DEADLINE_EXCEEDED))
         }
         etcd_client::Error::TransportError(_) => true,
         _ => false,
@@ -243,6 +244,14 @@ impl EtcdLock {
         &self,
         owner: &str,
     ) -> Result<(i64, String, i64, Option<(String, i64, String)>, Instant), BackendError> {
+        self.enqueue_once(owner, true).await
+    }
+
+    async fn enqueue_once(
+        &self,
+        owner: &str,
+        may_renew: bool,
+    ) -> Result<(i64, String, i64, Option<(String, i64, String)>, Instant), BackendError> {
         validate_name("owner", owner)?;
         let (lease, sent_at) = self.session(owner).await?;
         let key = format!("{}{lease:x}", self.prefix);
@@ -260,12 +269,22 @@ impl EtcdLock {
                 TxnOp::get(key.clone(), None),
                 TxnOp::get(self.prefix.clone(), Some(Self::first_in_line())),
             ]);
-        let resp = self
+        let attempt = self
             .call("acquire", Retry::Always, |mut c| {
                 let txn = txn.clone();
                 async move { c.txn(txn).await }
             })
-            .await?;
+            .await;
+        let resp = match attempt {
+            Err(BackendError::Server { ref detail, .. })
+                if may_renew && detail.contains("lease not found") =>
+            {
+                // The session lease ended between its renewal and our write: start a new one.
+                self.sessions.lock().expect("poisoned").remove(owner);
+                return Box::pin(self.enqueue_once(owner, false)).await;
+            }
+            other => other?,
+        };
         let gets: Vec<_> = resp
             .op_responses()
             .into_iter()

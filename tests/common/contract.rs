@@ -91,6 +91,48 @@ pub async fn lock_contract<L: LockService>(lock: &L) {
     lock.release("d", d.token).await.unwrap();
 }
 
+/// The lost-lease signal fires on every backend: a held lease that is not renewed is reported
+/// lost at its safe deadline (counted from the acquire's send time), and a renewed one is not.
+pub async fn lost_signal_contract<L: LockService + 'static>(lock: std::sync::Arc<L>) {
+    use fencecheck::backend::{hold, KeepaliveOptions, LostReason};
+    let ttl = lock.ttl();
+    let grant = granted(lock.try_acquire("k").await.unwrap());
+    let renewed = hold(
+        std::sync::Arc::clone(&lock),
+        grant,
+        KeepaliveOptions::default(),
+    );
+    tokio::time::sleep(ttl + ttl / 2).await;
+    assert!(!renewed.is_lost(), "{:?}", renewed.lost_reason());
+    assert!(renewed.release().await.unwrap());
+
+    let grant = granted(lock.try_acquire("k").await.unwrap());
+    let deadline_bound = grant.sent_at + ttl;
+    let never = KeepaliveOptions {
+        every: Some(Duration::from_secs(3600)),
+        drift: None,
+    };
+    let mut unrenewed = hold(std::sync::Arc::clone(&lock), grant, never);
+    let reason = tokio::time::timeout(ttl * 2, unrenewed.lost())
+        .await
+        .expect("the lost signal fires");
+    assert!(
+        matches!(reason, LostReason::DeadlinePassed { .. }),
+        "{reason:?}"
+    );
+    let at = Instant::now();
+    assert!(
+        at <= deadline_bound + Duration::from_millis(100),
+        "fired late"
+    );
+    let drift = ttl / 100 + Duration::from_millis(2);
+    assert!(
+        at + drift + Duration::from_millis(1) >= deadline_bound,
+        "fired early"
+    );
+    let _ = unrenewed.release().await;
+}
+
 /// The storage contract, on any backend; `fenced = false` is the accept-all control.
 pub async fn storage_contract<S: FencedStorage>(store: &S, fenced: bool) {
     assert_eq!(store.read("k").await.unwrap(), None);
