@@ -273,6 +273,9 @@ impl<L: LockService> LockService for SlowReplies<L> {
     async fn holder(&self) -> Result<Option<fencecheck::backend::Holder>, BackendError> {
         self.inner.holder().await
     }
+    async fn publish(&self, owner: &str, token: Token, value: &str) -> Result<bool, BackendError> {
+        self.inner.publish(owner, token, value).await
+    }
     async fn release(&self, owner: &str, token: Token) -> Result<bool, BackendError> {
         self.inner.release(owner, token).await
     }

@@ -5,7 +5,8 @@
 #![cfg(feature = "backends")]
 
 use fencecheck::backend::servers::{signal, started_or_skip, EtcdCluster, PgServer, RedisServer};
-use fencecheck::protocol::{storage_in_lease_order, History};
+use fencecheck::backend::PgFencedStore;
+use fencecheck::protocol::{storage_in_lease_order, FencePolicy, History};
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::Duration;
@@ -55,14 +56,14 @@ impl Worker {
     }
 
     fn ask(&mut self, line: &str) -> String {
-        writeln!(self.stdin, "{line}").expect("worker reads commands");
-        self.stdin.flush().unwrap();
+        let sent = writeln!(self.stdin, "{line}").and_then(|()| self.stdin.flush());
         let mut reply = String::new();
-        self.stdout.read_line(&mut reply).expect("worker answers");
-        assert!(
-            !reply.is_empty(),
-            "worker exited instead of answering {line:?}"
-        );
+        let read = sent.and_then(|()| self.stdout.read_line(&mut reply).map(|_| ()));
+        if read.is_err() || reply.is_empty() {
+            // Its own error is on stderr above; say how it ended.
+            let status = self.child.wait();
+            panic!("worker exited ({status:?}) instead of answering {line:?}");
+        }
         reply.trim().to_string()
     }
 
@@ -151,6 +152,18 @@ fn trial(backend: &[String], ttls: &[u64], pg: &PgServer, i: u64, unfenced: bool
 
 /// Runs `trials` fenced trials and `controls` unfenced ones; checks every history.
 fn trials(backend: &[String], ttls: &[u64], pg: &PgServer, trials: u64, controls: u64) {
+    // Create both tables before any worker starts, so two workers never race to create one.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        PgFencedStore::connect(&pg.url(), "fenced").await.unwrap();
+        let policy = FencePolicy::AcceptAll;
+        PgFencedStore::connect_with(&pg.url(), "unfenced", policy, Duration::from_secs(5))
+            .await
+            .unwrap();
+    });
     let mut stale = 0;
     for i in 0..trials {
         let t = trial(backend, ttls, pg, i, false);

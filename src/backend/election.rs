@@ -19,6 +19,7 @@ pub struct LeaderElection<L: LockService + 'static> {
 
 /// A won term: renewed in the background until resigned or lost.
 pub struct Leadership<L: LockService + 'static> {
+    lock: Arc<L>,
     held: HeldLease<L>,
 }
 
@@ -45,6 +46,7 @@ impl<L: LockService + 'static> LeaderElection<L> {
             .acquire(candidate, timeout)
             .await?
             .map(|grant| Leadership {
+                lock: Arc::clone(&self.lock),
                 held: hold(Arc::clone(&self.lock), grant, self.keepalive),
             }))
     }
@@ -96,6 +98,14 @@ impl<L: LockService + 'static> Leadership<L> {
     /// Waits until leadership is lost and says why.
     pub async fn lost(&mut self) -> LostReason {
         self.held.lost().await
+    }
+
+    /// Proclaims `value` (for example the leader's address) for observers to read with
+    /// [`LeaderElection::leader`]. `Ok(false)` when the term has ended.
+    pub async fn proclaim(&self, value: &str) -> Result<bool, BackendError> {
+        self.lock
+            .publish(self.held.owner(), self.held.token(), value)
+            .await
     }
 
     /// Steps down. `Ok(false)` when the term had already ended.

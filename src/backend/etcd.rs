@@ -107,6 +107,23 @@ fn etcd_err(operation: &'static str, e: etcd_client::Error) -> BackendError {
     }
 }
 
+/// A key's value is the owner's name, then (once published) a newline and the published value.
+fn split_value(value: &str) -> (&str, Option<&str>) {
+    match value.split_once('\n') {
+        Some((owner, published)) => (owner, Some(published)),
+        None => (value, None),
+    }
+}
+
+/// Who holds a key: its owner's name, or the key itself for a holder that names no owner (a
+/// lock taken by `etcdctl lock`).
+fn owner_of(key: String, value: &str) -> String {
+    match split_value(value).0 {
+        "" => key,
+        owner => owner.to_string(),
+    }
+}
+
 /// Checks endpoints: at least one, each `http://HOST:PORT` or `HOST:PORT`.
 fn validate_endpoints(endpoints: &[String]) -> Result<(), BackendError> {
     if endpoints.is_empty() {
@@ -413,7 +430,10 @@ impl EtcdLock {
             .keys(false)
             .await?
             .iter()
-            .find(|kv| kv.create_revision() as u64 == token.get() && kv.value() == owner.as_bytes())
+            .find(|kv| {
+                kv.create_revision() as u64 == token.get()
+                    && split_value(&String::from_utf8_lossy(kv.value())).0 == owner
+            })
             .map(|kv| Held {
                 owner: owner.to_string(),
                 lease: kv.lease(),
@@ -467,7 +487,7 @@ impl LockService for EtcdLock {
                 // Not first: leave the line (the session lease stays for the next try).
                 self.delete_key(&key, revision).await?;
                 Ok(Acquired::Busy {
-                    holder: other.map(|(k, _, v)| if v.is_empty() { k } else { v }),
+                    holder: other.map(|(k, _, v)| owner_of(k, &v)),
                     remaining: None,
                 })
             }
@@ -535,10 +555,36 @@ impl LockService for EtcdLock {
     async fn holder(&self) -> Result<Option<Holder>, BackendError> {
         Ok(
             Self::lowest(&self.keys(true).await?).map(|(key, rev, value)| Holder {
-                owner: if value.is_empty() { key } else { value },
+                value: split_value(&value).1.map(String::from),
+                owner: owner_of(key, &value),
                 token: Token::new(rev as u64),
             }),
         )
+    }
+
+    async fn publish(&self, owner: &str, token: Token, value: &str) -> Result<bool, BackendError> {
+        let Some(held) = self.find(owner, token).await? else {
+            return Ok(false);
+        };
+        let txn = Txn::new()
+            .when([Compare::create_revision(
+                held.key.clone(),
+                CompareOp::Equal,
+                token.get() as i64,
+            )])
+            .and_then([TxnOp::put(
+                held.key.clone(),
+                format!("{owner}\n{value}"),
+                Some(PutOptions::new().with_lease(held.lease)),
+            )]);
+        // Idempotent: a repeat writes the same value under the same condition.
+        Ok(self
+            .call("publish", Retry::Always, |mut c| {
+                let txn = txn.clone();
+                async move { c.txn(txn).await }
+            })
+            .await?
+            .succeeded())
     }
 
     async fn release(&self, owner: &str, token: Token) -> Result<bool, BackendError> {

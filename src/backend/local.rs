@@ -14,6 +14,8 @@ const BACKEND: &str = "in-process";
 /// The in-process [`LeaseLock`] as a [`LockService`]: owners are strings; calls never block.
 pub struct LocalLock<C: Clock = SystemClock> {
     lock: LeaseLock<String, C>,
+    /// The current lease's published value, with the token it was published under.
+    published: parking_lot::Mutex<Option<(Token, String)>>,
 }
 
 impl LocalLock<SystemClock> {
@@ -28,7 +30,10 @@ impl<C: Clock> LocalLock<C> {
     pub fn with_clock(ttl: Duration, clock: C) -> Result<Self, BackendError> {
         super::validate_ttl(ttl)?;
         let lock = LeaseLock::with_clock(ttl, clock).map_err(|e| lease_err("new", e))?;
-        Ok(LocalLock { lock })
+        Ok(LocalLock {
+            lock,
+            published: parking_lot::Mutex::new(None),
+        })
     }
 
     /// The wrapped lock.
@@ -84,10 +89,24 @@ impl<C: Clock> LockService for LocalLock<C> {
     }
 
     async fn holder(&self) -> Result<Option<Holder>, BackendError> {
+        let published = self.published.lock().clone();
         Ok(self.lock.holder().map(|l| Holder {
+            value: published.filter(|(t, _)| *t == l.token).map(|(_, v)| v),
             owner: l.owner,
             token: l.token,
         }))
+    }
+
+    async fn publish(&self, owner: &str, token: Token, value: &str) -> Result<bool, BackendError> {
+        let mut published = self.published.lock();
+        let holds = self
+            .lock
+            .holder()
+            .is_some_and(|l| l.owner == owner && l.token == token);
+        if holds {
+            *published = Some((token, value.to_string()));
+        }
+        Ok(holds)
     }
 
     async fn release(&self, owner: &str, token: Token) -> Result<bool, BackendError> {

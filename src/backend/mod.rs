@@ -187,6 +187,16 @@ pub trait LockService: Send + Sync {
         token: Token,
     ) -> impl Future<Output = Result<Option<Grant>, BackendError>> + Send;
 
+    /// Publishes `value` with `owner`'s lease under `token` (for an election: the leader's
+    /// proclamation), replacing what it published before. `Ok(false)`, publishing nothing, when
+    /// the lease is no longer theirs. The value lasts as long as the lease.
+    fn publish(
+        &self,
+        owner: &str,
+        token: Token,
+        value: &str,
+    ) -> impl Future<Output = Result<bool, BackendError>> + Send;
+
     /// Who holds the lease now and under which token; `None` when it is free. A read only: it
     /// changes nothing.
     fn holder(&self) -> impl Future<Output = Result<Option<Holder>, BackendError>> + Send;
@@ -238,6 +248,9 @@ pub struct Holder {
     pub owner: String,
     /// The token of its lease (for an election: the term).
     pub token: Token,
+    /// What the holder published with [`LockService::publish`] (for an election: the leader's
+    /// proclamation, such as its address), if anything.
+    pub value: Option<String>,
 }
 
 /// What fenced storage did with a write.

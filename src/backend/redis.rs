@@ -30,6 +30,7 @@ static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(scripts::EXTEND))
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(scripts::RELEASE));
 static RAISE_FLOOR: LazyLock<Script> = LazyLock::new(|| Script::new(scripts::RAISE_FLOOR));
 static HOLDER: LazyLock<Script> = LazyLock::new(|| Script::new(scripts::HOLDER));
+static PUBLISH: LazyLock<Script> = LazyLock::new(|| Script::new(scripts::PUBLISH));
 static FENCED_WRITE: LazyLock<Script> = LazyLock::new(|| Script::new(scripts::FENCED_WRITE));
 
 /// The Lua scripts the Redis backend runs (public so benchmarks can run the same ones).
@@ -64,8 +65,28 @@ end
 return 0
 ";
 
-    /// The lease's value `token:owner`, or nil. KEYS: lock.
-    pub const HOLDER: &str = "return redis.call('GET', KEYS[1])";
+    /// The lease's value `token:owner` (or nil) and what the holder published (or nil).
+    /// KEYS: lock, published value.
+    pub const HOLDER: &str = r"
+local held = redis.call('GET', KEYS[1])
+if not held then return {} end
+local value = redis.call('GET', KEYS[2])
+if value and string.sub(value, 1, string.len(held) + 1) == held .. '\n' then
+  return {held, string.sub(value, string.len(held) + 2)}
+end
+return {held}
+";
+
+    /// Publishes ARGV[2] iff the lease is still ARGV[1] (`token:owner`), stored after that value
+    /// and a newline so it is tied to that lease, and expiring with it.
+    /// KEYS: lock, published value.
+    pub const PUBLISH: &str = r"
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+local left = redis.call('PTTL', KEYS[1])
+if left <= 0 then return 0 end
+redis.call('SET', KEYS[2], ARGV[1] .. '\n' .. ARGV[2], 'PX', left)
+return 1
+";
 
     /// Sets the counter to at least ARGV[1]; returns the counter. KEYS: counter.
     pub const RAISE_FLOOR: &str = r"
@@ -202,6 +223,7 @@ pub struct RedisLock {
     ttl: Duration,
     lock_key: String,
     token_key: String,
+    value_key: String,
     seen: AtomicU64,
 }
 
@@ -227,6 +249,7 @@ impl RedisLock {
             ttl,
             lock_key: format!("fencecheck:{{{name}}}:lock"),
             token_key: format!("fencecheck:{{{name}}}:token"),
+            value_key: format!("fencecheck:{{{name}}}:value"),
             seen: AtomicU64::new(0),
         })
     }
@@ -336,16 +359,29 @@ impl LockService for RedisLock {
     }
 
     async fn holder(&self) -> Result<Option<Holder>, BackendError> {
-        let inv = HOLDER.key(&self.lock_key);
-        let held: Option<String> = self.conn.run("holder", inv).await?;
-        let Some(held) = held else {
+        let mut inv = HOLDER.key(&self.lock_key);
+        inv.key(&self.value_key);
+        let mut reply: Vec<String> = self.conn.run("holder", inv).await?;
+        if reply.is_empty() {
             return Ok(None);
-        };
+        }
+        let value = (reply.len() > 1).then(|| reply.remove(1));
+        let held = reply.remove(0);
         let (token, owner) = held.split_once(':').unwrap_or((held.as_str(), ""));
         Ok(Some(Holder {
             owner: owner.to_string(),
             token: Token::new(parse_token("holder", token)?),
+            value,
         }))
+    }
+
+    async fn publish(&self, owner: &str, token: Token, value: &str) -> Result<bool, BackendError> {
+        let mut inv = PUBLISH.key(&self.lock_key);
+        inv.key(&self.value_key)
+            .arg(held_value(owner, token))
+            .arg(value);
+        let done: i64 = self.conn.run("publish", inv).await?;
+        Ok(done == 1)
     }
 
     async fn release(&self, owner: &str, token: Token) -> Result<bool, BackendError> {

@@ -197,6 +197,13 @@ pub async fn election_contract<L: LockService + 'static>(
         (seen.owner.as_str(), seen.token),
         (leader.candidate(), leader.term())
     );
+    assert_eq!(seen.value, None);
+    // The leader proclaims (say, its address); observers read it with the term.
+    assert!(leader.proclaim("10.0.0.1:8080").await.unwrap());
+    assert!(leader.proclaim("10.0.0.2:8080").await.unwrap());
+    let seen = election.leader().await.unwrap().expect("a leader");
+    assert_eq!(seen.value.as_deref(), Some("10.0.0.2:8080"));
+    assert_eq!(seen.owner.as_str(), leader.candidate());
 
     // Renewals keep it leading past its TTL.
     tokio::time::sleep(ttl + ttl / 2).await;
@@ -215,6 +222,8 @@ pub async fn election_contract<L: LockService + 'static>(
         .unwrap()
         .expect("free after resign");
     assert!(c.term() > first);
+    // A new term starts with no proclamation.
+    assert_eq!(election.leader().await.unwrap().unwrap().value, None);
     wins.push((c.term(), "c".to_string()));
 
     // The leader dies without resigning (its renewals stop): a new term only after its lease.
@@ -280,6 +289,14 @@ impl<L: LockService> LockService for BlindCampaign<L> {
         &self,
     ) -> Result<Option<fencecheck::backend::Holder>, fencecheck::backend::BackendError> {
         self.0.holder().await
+    }
+    async fn publish(
+        &self,
+        owner: &str,
+        token: Token,
+        value: &str,
+    ) -> Result<bool, fencecheck::backend::BackendError> {
+        self.0.publish(owner, token, value).await
     }
     async fn release(
         &self,
