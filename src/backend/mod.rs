@@ -1,13 +1,14 @@
 //! Backend-neutral locks and fenced storage, and their implementations on real servers.
 //!
-//! - [`LockService`]: a lease lock that hands out fencing tokens — [`RedisLock`], and the
-//!   in-process [`LeaseLock`](crate::local::LeaseLock) through [`LocalLock`].
+//! - [`LockService`]: a lease lock that hands out fencing tokens — [`RedisLock`], [`EtcdLock`],
+//!   [`ZkLock`], and the in-process [`LeaseLock`](crate::local::LeaseLock) through [`LocalLock`].
 //! - [`FencedStorage`]: storage that rejects a write whose token is older than one it has seen —
 //!   [`PgFencedStore`], [`RedisFencedStore`], and the in-process [`LocalFencedMap`].
 //! - [`LeaderElection`]: leader election on any [`LockService`]; the term is the leader's token.
 //! - [`hold`]: keeps a granted lease alive in the background and signals when it is lost, using a
 //!   deadline counted from when the acquire request was *sent*.
-//! - [`servers`]: throwaway `redis-server` and PostgreSQL instances for tests, demos and benchmarks.
+//! - [`servers`]: throwaway Redis, PostgreSQL, etcd and ZooKeeper servers for tests, demos and
+//!   benchmarks.
 //!
 //! Backends are async (tokio). Every call that reaches a server is bounded by a timeout, so an
 //! unreachable server is an error within that bound, never a hang.
@@ -19,6 +20,7 @@ mod local;
 mod postgres;
 mod redis;
 pub mod servers;
+mod zookeeper;
 
 pub use self::election::{LeaderElection, Leadership};
 pub use self::etcd::{EtcdLock, EtcdOptions};
@@ -26,6 +28,7 @@ pub use self::keepalive::{hold, HeldLease, KeepaliveOptions, LostReason};
 pub use self::local::{LocalFencedMap, LocalLock};
 pub use self::postgres::PgFencedStore;
 pub use self::redis::{scripts as redis_scripts, RedisFencedStore, RedisLock, RedisOptions};
+pub use self::zookeeper::{ZkElection, ZkLock, ZkOptions};
 
 use crate::protocol::{StaleWrite, Token};
 use std::future::Future;

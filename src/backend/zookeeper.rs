@@ -1,0 +1,743 @@
+//! ZooKeeper: a lock whose fencing token is the lock node's **creation zxid** (`czxid`), laid
+//! out as Apache Curator lays out its `InterProcessMutex`, so the two exclude each other.
+//!
+//! The recipe: every contender creates an ephemeral sequential node
+//! `PATH/_c_<uuid>-lock-<sequence>` owned by its session; the node with the lowest sequence holds
+//! the lock; a waiter watches only the node just below its own (no herd). The zxid is the
+//! ensemble's global, strictly increasing transaction id, so a later holder's node always has a
+//! larger `czxid` — a token that survives restarts and leader changes with no counter of ours.
+//! The `_c_<uuid>` part is Curator's "protection": a create whose reply was lost is found again
+//! by its uuid instead of being left behind. The node's data is the owner's name (Curator's is
+//! the holder's IP address); a published value follows it after a newline.
+//!
+//! **Leases on sessions.** A ZooKeeper lock is held as long as the holder's session lives, and
+//! the client library keeps a session alive by pinging. [`ZkLock`] gives every owner its own
+//! session and turns it into a lease: a session on which the owner made no request (acquire,
+//! extend, publish, release) for a TTL is closed by this process, which deletes the owner's lock
+//! node. A holder that stops entirely (a crash, SIGSTOP, a partition) stops pinging and the
+//! ensemble expires its session after the session timeout. Either way a lease ends no earlier
+//! than a TTL after the send time of the owner's last successful request, which is the deadline
+//! [`Grant::safe_deadline`] counts from.
+//!
+//! **Disconnected.** While the client is disconnected it reconnects to another server on its
+//! own and the session may survive; this lock does not guess. Calls fail (bounded by the request
+//! timeout), a keepalive's renewals fail, and the lease is reported lost at its safe deadline.
+//!
+//! The TTL is the session timeout, which the server clamps to its
+//! `[minSessionTimeout, maxSessionTimeout]` (2 and 20 ticks by default): [`ZkLock::ttl`] reports
+//! what the server granted.
+//!
+//! A lock name that starts with `/` is used as the lock's path (give Curator's path to share a
+//! lock with Curator); any other name `NAME` lives at `/fencecheck/NAME`.
+
+use super::{validate_name, validate_ttl, Acquired, BackendError, Grant, Holder, LockService};
+use crate::protocol::Token;
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+use zookeeper_client::{Acls, Client, CreateMode, Error as ZkError};
+
+const BACKEND: &str = "zookeeper";
+/// The lock name Curator's `InterProcessMutex` and `LeaderSelector` use in their node names.
+const LOCK_NAME: &str = "lock-";
+/// ZooKeeper's sequence suffix: ten decimal digits.
+const SEQUENCE_LEN: usize = 10;
+
+/// Connection settings for the ZooKeeper backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ZkOptions {
+    /// Bound on establishing a session.
+    pub connect_timeout: Duration,
+    /// Bound on each request (retries of reads included).
+    pub request_timeout: Duration,
+}
+
+impl Default for ZkOptions {
+    fn default() -> Self {
+        ZkOptions {
+            connect_timeout: Duration::from_secs(3),
+            request_timeout: Duration::from_secs(3),
+        }
+    }
+}
+
+/// An owner's session and the instant this process closes it unless the owner asks again.
+struct Session {
+    client: Client,
+    id: i64,
+    close_at: Instant,
+}
+
+type Sessions = Mutex<HashMap<String, Session>>;
+
+/// A lease this lock instance granted.
+#[derive(Clone, Debug)]
+struct Held {
+    owner: String,
+    node: String,
+    session: i64,
+}
+
+/// Leader election on ZooKeeper: candidates contend for a [`ZkLock`]; the leader is the holder of
+/// the lowest node and its term is that node's `czxid` (see [`LeaderElection`](super::LeaderElection)).
+pub type ZkElection = super::LeaderElection<ZkLock>;
+
+/// A ZooKeeper lock with `czxid` fencing tokens, interoperable with Curator's mutex.
+pub struct ZkLock {
+    connect: String,
+    dir: String,
+    ttl: Duration,
+    options: ZkOptions,
+    reader: Client,
+    sessions: Arc<Sessions>,
+    held: Mutex<HashMap<u64, Held>>,
+}
+
+fn zk_err(operation: &'static str, e: ZkError) -> BackendError {
+    BackendError::Server {
+        backend: BACKEND,
+        operation,
+        detail: e.to_string(),
+    }
+}
+
+/// A node's data is the owner's name, then (once published) a newline and the published value.
+fn split_value(data: &[u8]) -> (String, Option<String>) {
+    let text = String::from_utf8_lossy(data);
+    match text.split_once('\n') {
+        Some((owner, published)) => (owner.to_string(), Some(published.to_string())),
+        None => (text.into_owned(), None),
+    }
+}
+
+/// Who holds a node: the owner named in its data, or the node's name when the data names none.
+fn owner_of(node: &str, data: &[u8]) -> String {
+    match split_value(data).0 {
+        owner if owner.is_empty() => node.to_string(),
+        owner => owner,
+    }
+}
+
+/// The lock's contenders among `children`, lowest sequence first: Curator's rule (names that
+/// contain `lock-`, ordered by the ten-digit suffix).
+fn contenders(mut children: Vec<String>) -> Vec<String> {
+    children.retain(|c| {
+        c.contains(LOCK_NAME)
+            && c.len() >= SEQUENCE_LEN
+            && c.is_char_boundary(c.len() - SEQUENCE_LEN)
+            && c[c.len() - SEQUENCE_LEN..].parse::<u32>().is_ok()
+    });
+    children.sort_by(|a, b| a[a.len() - SEQUENCE_LEN..].cmp(&b[b.len() - SEQUENCE_LEN..]));
+    children
+}
+
+/// The lock's path for `name`: the name itself when it is an absolute ZooKeeper path, else
+/// `/fencecheck/NAME`. Checks what ZooKeeper would refuse.
+fn lock_path(name: &str) -> Result<String, BackendError> {
+    validate_name("lock name", name)?;
+    let path = if name.starts_with('/') {
+        name.to_string()
+    } else {
+        format!("/fencecheck/{name}")
+    };
+    let bad = |reason: String| Err(BackendError::invalid("lock name", reason));
+    if path.len() > 1 && path.ends_with('/') {
+        return bad(format!(
+            "{name:?} ends with '/'; expected a path such as /locks/nightly"
+        ));
+    }
+    for part in path[1..].split('/') {
+        if part.is_empty() || part == "." || part == ".." {
+            return bad(format!(
+                "{name:?} has an empty, '.' or '..' path component; expected a path such as \
+                 /locks/nightly"
+            ));
+        }
+    }
+    if path == "/" || path == "/zookeeper" || path.starts_with("/zookeeper/") {
+        return bad(format!("{name:?} is reserved by ZooKeeper"));
+    }
+    Ok(path)
+}
+
+/// Checks a connect string: `HOST:PORT[,HOST:PORT...]`, no chroot.
+fn validate_connect(connect: &str) -> Result<(), BackendError> {
+    if connect.trim().is_empty() {
+        return Err(BackendError::invalid(
+            "ZooKeeper connect string",
+            "it is empty; expected HOST:PORT[,HOST:PORT...] such as 127.0.0.1:2181",
+        ));
+    }
+    for server in connect.split(',') {
+        let ok = server.rsplit_once(':').is_some_and(|(host, port)| {
+            !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0)
+        });
+        if !ok {
+            return Err(BackendError::invalid(
+                "ZooKeeper connect string",
+                format!("{server:?} in {connect:?}; expected HOST:PORT[,HOST:PORT...]"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Closes `owner`'s session (`id`) once its close time passes without a new request.
+async fn close_when_idle(sessions: Weak<Sessions>, owner: String, id: i64) {
+    loop {
+        let Some(map) = sessions.upgrade() else {
+            return;
+        };
+        let close_at = match map.lock().expect("poisoned").get(&owner) {
+            Some(s) if s.id == id => s.close_at,
+            _ => return,
+        };
+        drop(map);
+        if Instant::now() >= close_at {
+            let Some(map) = sessions.upgrade() else {
+                return;
+            };
+            let mut map = map.lock().expect("poisoned");
+            if map
+                .get(&owner)
+                .is_some_and(|s| s.id == id && Instant::now() >= s.close_at)
+            {
+                // Dropping the last handle closes the session; its lock node goes with it.
+                let closed = map.remove(&owner);
+                drop(map);
+                drop(closed);
+                return;
+            }
+            continue;
+        }
+        tokio::time::sleep_until(close_at.into()).await;
+    }
+}
+
+impl ZkLock {
+    /// A lock named `name` with lease `ttl` on the ensemble at `connect` (`HOST:PORT,...`).
+    pub async fn connect(connect: &str, name: &str, ttl: Duration) -> Result<Self, BackendError> {
+        Self::connect_with(connect, name, ttl, ZkOptions::default()).await
+    }
+
+    /// [`connect`](Self::connect) with explicit timeouts.
+    pub async fn connect_with(
+        connect: &str,
+        name: &str,
+        ttl: Duration,
+        options: ZkOptions,
+    ) -> Result<Self, BackendError> {
+        let dir = lock_path(name)?;
+        validate_ttl(ttl)?;
+        validate_connect(connect)?;
+        let reader = Self::open(connect, ttl, options).await?;
+        let ttl = reader.session_timeout();
+        Ok(ZkLock {
+            connect: connect.to_string(),
+            dir,
+            ttl,
+            options,
+            reader,
+            sessions: Arc::new(Mutex::new(HashMap::new())),
+            held: Mutex::new(HashMap::new()),
+        })
+    }
+
+    async fn open(
+        connect: &str,
+        ttl: Duration,
+        options: ZkOptions,
+    ) -> Result<Client, BackendError> {
+        super::bounded_connect(
+            BACKEND,
+            connect.to_string(),
+            options.connect_timeout,
+            Client::connector()
+                .with_session_timeout(ttl)
+                .with_fail_eagerly()
+                .connect(connect),
+        )
+        .await
+    }
+
+    /// The lock's path in ZooKeeper (its nodes are its children).
+    pub fn path(&self) -> &str {
+        &self.dir
+    }
+
+    /// Runs one request bounded by the request timeout. A read (`idempotent`) that lost its
+    /// connection is sent again (the client reconnects to another server) until the bound.
+    async fn call<T, F, Fut>(
+        &self,
+        operation: &'static str,
+        idempotent: bool,
+        mut request: F,
+    ) -> Result<T, BackendError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, ZkError>>,
+    {
+        let bound = self.options.request_timeout;
+        let attempts = async {
+            loop {
+                match request().await {
+                    Err(ZkError::ConnectionLoss) if idempotent => {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                    other => return other,
+                }
+            }
+        };
+        tokio::time::timeout(bound, attempts)
+            .await
+            .map_err(|_| BackendError::Timeout {
+                backend: BACKEND,
+                operation,
+                after: bound,
+            })?
+            .map_err(|e| zk_err(operation, e))
+    }
+
+    /// `owner`'s session, opened if it has none (or its session ended), with its close time
+    /// pushed to a TTL from now: the send time of the request the caller makes next.
+    async fn session(&self, owner: &str) -> Result<(Client, i64, Instant), BackendError> {
+        validate_name("owner", owner)?;
+        {
+            let mut map = self.sessions.lock().expect("poisoned");
+            if let Some(s) = map.get_mut(owner) {
+                if !s.client.state().is_terminated() {
+                    let now = Instant::now();
+                    s.close_at = s.close_at.max(now + self.ttl);
+                    return Ok((s.client.clone(), s.id, now));
+                }
+                map.remove(owner);
+            }
+        }
+        let sent_at = Instant::now();
+        let client = Self::open(&self.connect, self.ttl, self.options).await?;
+        let id = client.session_id().0;
+        self.sessions.lock().expect("poisoned").insert(
+            owner.to_string(),
+            Session {
+                client: client.clone(),
+                id,
+                close_at: sent_at + self.ttl,
+            },
+        );
+        tokio::spawn(close_when_idle(
+            Arc::downgrade(&self.sessions),
+            owner.to_string(),
+            id,
+        ));
+        Ok((client, id, sent_at))
+    }
+
+    /// `owner`'s current session if it is `id` and still open, its close time pushed a TTL on.
+    fn session_if(&self, owner: &str, id: i64) -> Option<(Client, Instant)> {
+        let mut map = self.sessions.lock().expect("poisoned");
+        let s = map.get_mut(owner).filter(|s| s.id == id)?;
+        if s.client.state().is_terminated() {
+            return None;
+        }
+        let now = Instant::now();
+        s.close_at = s.close_at.max(now + self.ttl);
+        Some((s.client.clone(), now))
+    }
+
+    /// Creates our node (and the lock's path, the first time) and lists the contenders, the list
+    /// pipelined behind the create on the same session (one round trip). Returns (node path,
+    /// czxid, contenders). A create whose reply was lost is found again by its uuid.
+    async fn enqueue(
+        &self,
+        client: &Client,
+        owner: &str,
+    ) -> Result<(String, i64, Vec<String>), BackendError> {
+        let protection = format!("_c_{}-", uuid::Uuid::new_v4());
+        let prefix = format!("{}/{protection}{LOCK_NAME}", self.dir);
+        let acls = Acls::anyone_all();
+        let ephemeral = CreateMode::EphemeralSequential.with_acls(acls);
+        let bound = self.options.request_timeout;
+        let mut made_dir = false;
+        let until = Instant::now() + bound;
+        loop {
+            let (created, listed) = tokio::time::timeout(bound, async {
+                let create = client.create(&prefix, owner.as_bytes(), &ephemeral);
+                let list = client.list_children(&self.dir);
+                tokio::join!(create, list)
+            })
+            .await
+            .map_err(|_| BackendError::Timeout {
+                backend: BACKEND,
+                operation: "acquire",
+                after: bound,
+            })?;
+            match created {
+                Ok((stat, sequence)) => {
+                    let node = format!("{prefix}{sequence}");
+                    let children = match listed {
+                        Ok(children) => children,
+                        Err(_) => self.children(client).await?,
+                    };
+                    return Ok((node, stat.czxid, contenders(children)));
+                }
+                Err(ZkError::NoNode) if !made_dir => {
+                    let persistent = CreateMode::Persistent.with_acls(acls);
+                    self.call("create the lock path", true, || {
+                        client.mkdir(&self.dir, &persistent)
+                    })
+                    .await?;
+                    made_dir = true;
+                }
+                Err(ZkError::ConnectionLoss) if Instant::now() < until => {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    let children = self.children(client).await?;
+                    if let Some(found) = children.iter().find(|c| c.starts_with(&protection)) {
+                        let node = format!("{}/{found}", self.dir);
+                        let (_, stat) = self
+                            .call("acquire", true, || client.get_data(&node))
+                            .await?;
+                        return Ok((node, stat.czxid, contenders(children)));
+                    }
+                }
+                Err(e) => return Err(zk_err("acquire", e)),
+            }
+        }
+    }
+
+    async fn children(&self, client: &Client) -> Result<Vec<String>, BackendError> {
+        match self
+            .call("list", true, || client.list_children(&self.dir))
+            .await
+        {
+            Err(BackendError::Server { detail, .. }) if detail == ZkError::NoNode.to_string() => {
+                Ok(Vec::new())
+            }
+            other => other,
+        }
+    }
+
+    /// Whether `node` (a full path) is first among `contenders` (names).
+    fn is_first(&self, node: &str, contenders: &[String]) -> bool {
+        contenders.first().is_some_and(|c| {
+            node.strip_prefix(&self.dir)
+                .and_then(|n| n.strip_prefix('/'))
+                == Some(c)
+        })
+    }
+
+    fn granted(
+        &self,
+        owner: &str,
+        node: String,
+        czxid: i64,
+        session: i64,
+        sent_at: Instant,
+    ) -> Grant {
+        let token = Token::new(czxid as u64);
+        self.held.lock().expect("poisoned").insert(
+            token.get(),
+            Held {
+                owner: owner.to_string(),
+                node,
+                session,
+            },
+        );
+        Grant {
+            token,
+            owner: owner.to_string(),
+            ttl: self.ttl,
+            sent_at,
+        }
+    }
+
+    /// Deletes `node`: whether it was there.
+    async fn delete(&self, client: &Client, node: &str) -> Result<bool, BackendError> {
+        match self
+            .call("release", true, || client.delete(node, None))
+            .await
+        {
+            Ok(()) => Ok(true),
+            Err(BackendError::Server { detail, .. }) if detail == ZkError::NoNode.to_string() => {
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The holder's node name and data, read on `client`; `None` when the lock is free.
+    async fn first(&self, client: &Client) -> Result<Option<(String, Vec<u8>, i64)>, BackendError> {
+        for _ in 0..10 {
+            let Some(first) = contenders(self.children(client).await?).into_iter().next() else {
+                return Ok(None);
+            };
+            let node = format!("{}/{first}", self.dir);
+            match self.call("get", true, || client.get_data(&node)).await {
+                Ok((data, stat)) => return Ok(Some((first, data, stat.czxid))),
+                // Released between the list and the read: look again.
+                Err(BackendError::Server { detail, .. })
+                    if detail == ZkError::NoNode.to_string() => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Err(BackendError::Server {
+            backend: BACKEND,
+            operation: "holder",
+            detail: "the first node kept changing while it was read".into(),
+        })
+    }
+
+    /// The node `owner` holds under `token`: from this instance's memory, or found among the
+    /// contenders (a lease another instance granted).
+    async fn find(&self, owner: &str, token: Token) -> Result<Option<String>, BackendError> {
+        if let Some(h) = self.held.lock().expect("poisoned").get(&token.get()) {
+            return Ok((h.owner == owner).then(|| h.node.clone()));
+        }
+        for name in contenders(self.children(&self.reader).await?) {
+            let node = format!("{}/{name}", self.dir);
+            match self.call("get", true, || self.reader.get_data(&node)).await {
+                Ok((data, stat)) if stat.czxid as u64 == token.get() => {
+                    return Ok((split_value(&data).0 == owner).then_some(node));
+                }
+                Ok(_) => {}
+                Err(BackendError::Server { detail, .. })
+                    if detail == ZkError::NoNode.to_string() => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(None)
+    }
+}
+
+impl LockService for ZkLock {
+    fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    async fn try_acquire(&self, owner: &str) -> Result<Acquired, BackendError> {
+        let (client, session, sent_at) = self.session(owner).await?;
+        let (node, czxid, contenders) = self.enqueue(&client, owner).await?;
+        if self.is_first(&node, &contenders) {
+            return Ok(Acquired::Granted(
+                self.granted(owner, node, czxid, session, sent_at),
+            ));
+        }
+        // Not first: leave the line, and read who is first (pipelined).
+        let first = contenders
+            .first()
+            .map(|c| format!("{}/{c}", self.dir))
+            .unwrap_or_default();
+        let (deleted, read) = tokio::join!(self.delete(&client, &node), async {
+            if first.is_empty() {
+                None
+            } else {
+                client.get_data(&first).await.ok()
+            }
+        });
+        deleted?;
+        let holder =
+            read.map(|(data, _)| owner_of(first.rsplit('/').next().unwrap_or_default(), &data));
+        Ok(Acquired::Busy {
+            holder,
+            remaining: None,
+        })
+    }
+
+    async fn acquire(&self, owner: &str, timeout: Duration) -> Result<Option<Grant>, BackendError> {
+        let deadline = Instant::now() + timeout;
+        let (client, session, sent_at) = self.session(owner).await?;
+        let (node, czxid, mut contenders) = self.enqueue(&client, owner).await?;
+        let mut sent_at = sent_at;
+        loop {
+            if self.is_first(&node, &contenders) {
+                return Ok(Some(self.granted(owner, node, czxid, session, sent_at)));
+            }
+            let name = node.rsplit('/').next().unwrap_or_default().to_string();
+            let Some(at) = contenders.iter().position(|c| *c == name) else {
+                return Err(BackendError::Server {
+                    backend: BACKEND,
+                    operation: "acquire",
+                    detail: "our lock node vanished while waiting in line (session expired?)"
+                        .into(),
+                });
+            };
+            // Watch only the node just below ours.
+            let below = format!("{}/{}", self.dir, contenders[at - 1]);
+            let (stat, watcher) = self
+                .call("acquire", true, || client.check_and_watch_stat(&below))
+                .await?;
+            if stat.is_some() {
+                let now = Instant::now();
+                if now >= deadline {
+                    self.delete(&client, &node).await?;
+                    return Ok(None);
+                }
+                // Wake at the latest a third of a TTL on: listing again renews our session.
+                let nap = (deadline - now).min(self.ttl / 3);
+                let _ = tokio::time::timeout(nap, watcher.changed()).await;
+            }
+            let Some((_, sent)) = self.session_if(owner, session) else {
+                return Err(BackendError::Server {
+                    backend: BACKEND,
+                    operation: "acquire",
+                    detail: "our session ended while waiting in line".into(),
+                });
+            };
+            sent_at = sent;
+            contenders = self::contenders(self.children(&client).await?);
+        }
+    }
+
+    async fn extend(&self, owner: &str, token: Token) -> Result<Option<Grant>, BackendError> {
+        let held = self
+            .held
+            .lock()
+            .expect("poisoned")
+            .get(&token.get())
+            .cloned();
+        let Some(held) = held.filter(|h| h.owner == owner) else {
+            return Ok(None);
+        };
+        let forget = || {
+            self.held.lock().expect("poisoned").remove(&token.get());
+        };
+        let Some((client, sent_at)) = self.session_if(owner, held.session) else {
+            forget();
+            return Ok(None);
+        };
+        match self
+            .call("extend", true, || client.check_stat(&held.node))
+            .await
+        {
+            Ok(Some(stat))
+                if stat.czxid as u64 == token.get() && stat.ephemeral_owner == held.session =>
+            {
+                Ok(Some(Grant {
+                    token,
+                    owner: owner.to_string(),
+                    ttl: self.ttl,
+                    sent_at,
+                }))
+            }
+            Ok(_) => {
+                forget();
+                Ok(None)
+            }
+            Err(BackendError::Server { detail, .. })
+                if detail == ZkError::SessionExpired.to_string()
+                    || detail == ZkError::ClientClosed.to_string() =>
+            {
+                forget();
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn holder(&self) -> Result<Option<Holder>, BackendError> {
+        Ok(self
+            .first(&self.reader)
+            .await?
+            .map(|(name, data, czxid)| Holder {
+                value: split_value(&data).1,
+                owner: owner_of(&name, &data),
+                token: Token::new(czxid as u64),
+            }))
+    }
+
+    async fn publish(&self, owner: &str, token: Token, value: &str) -> Result<bool, BackendError> {
+        let Some(node) = self.find(owner, token).await? else {
+            return Ok(false);
+        };
+        let data = format!("{owner}\n{value}");
+        let client = match self.sessions.lock().expect("poisoned").get_mut(owner) {
+            Some(s) => {
+                s.close_at = s.close_at.max(Instant::now() + self.ttl);
+                s.client.clone()
+            }
+            None => self.reader.clone(),
+        };
+        match self
+            .call("publish", true, || {
+                client.set_data(&node, data.as_bytes(), None)
+            })
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(BackendError::Server { detail, .. }) if detail == ZkError::NoNode.to_string() => {
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn release(&self, owner: &str, token: Token) -> Result<bool, BackendError> {
+        let Some(node) = self.find(owner, token).await? else {
+            return Ok(false);
+        };
+        self.held.lock().expect("poisoned").remove(&token.get());
+        // The owner's session is kept for its next acquisition; it closes a TTL after its last
+        // request if there is none.
+        let client = match self.sessions.lock().expect("poisoned").get(owner) {
+            Some(s) => s.client.clone(),
+            None => self.reader.clone(),
+        };
+        self.delete(&client, &node).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connect_strings_are_checked() {
+        assert!(validate_connect("127.0.0.1:2181").is_ok());
+        assert!(validate_connect("a:1,b:2,c:3").is_ok());
+        for bad in [
+            "",
+            " ",
+            "127.0.0.1",
+            ":2181",
+            "h:0",
+            "h:99999",
+            "a:1,",
+            "h:1/chroot",
+        ] {
+            let e = validate_connect(bad).unwrap_err().to_string();
+            assert!(e.contains("HOST:PORT"), "{bad:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn lock_paths_follow_zookeeper_rules() {
+        assert_eq!(lock_path("nightly").unwrap(), "/fencecheck/nightly");
+        assert_eq!(lock_path("/locks/nightly").unwrap(), "/locks/nightly");
+        assert_eq!(lock_path("a/b").unwrap(), "/fencecheck/a/b");
+        for bad in ["/", "/a/", "/a//b", "a/../b", "/zookeeper/x", "", "a{b}"] {
+            assert!(lock_path(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn contenders_are_curators_nodes_in_sequence_order() {
+        let names = vec![
+            "_c_b-lock-0000000003".to_string(),
+            "_c_a-lock-0000000001".to_string(),
+            "other-0000000000".to_string(),
+            "_c_x-lock-notanumber".to_string(),
+            "lock-0000000002".to_string(),
+        ];
+        assert_eq!(
+            contenders(names),
+            [
+                "_c_a-lock-0000000001",
+                "lock-0000000002",
+                "_c_b-lock-0000000003"
+            ]
+        );
+        assert_eq!(owner_of("n", b"worker-1\n10.0.0.1"), "worker-1");
+        assert_eq!(owner_of("n", b""), "n");
+        assert_eq!(split_value(b"w\nv").1.as_deref(), Some("v"));
+    }
+}
