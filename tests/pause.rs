@@ -1,10 +1,12 @@
 //! The seed's story with real processes and a real pause: worker processes (`fencecheck worker`)
-//! take a Redis lease and write to PostgreSQL; the test SIGSTOPs the holder past its TTL, a second
+//! take a lease (Redis, etcd, ZooKeeper) and write to PostgreSQL; the test SIGSTOPs the holder past its TTL, a second
 //! worker takes the lease and writes, the first is SIGCONTed and writes. Each trial's history is
 //! checked with the library's `storage_in_lease_order`.
 #![cfg(feature = "backends")]
 
-use fencecheck::backend::servers::{signal, started_or_skip, EtcdCluster, PgServer, RedisServer};
+use fencecheck::backend::servers::{
+    signal, started_or_skip, EtcdCluster, PgServer, RedisServer, ZkCluster,
+};
 use fencecheck::backend::PgFencedStore;
 use fencecheck::protocol::{storage_in_lease_order, FencePolicy, History};
 use std::io::{BufRead, BufReader, Write};
@@ -232,4 +234,23 @@ fn paused_etcd_lock_holder_cannot_write_through_fencing() {
     ];
     // etcd leases count whole seconds.
     trials(&backend, &[1000], &pg, 20, 3);
+}
+
+#[test]
+fn paused_zookeeper_lock_holder_cannot_write_through_fencing() {
+    let Some(zk) = started_or_skip("pause trials (zookeeper)", ZkCluster::start(3)) else {
+        return;
+    };
+    let Some(pg) = started_or_skip("pause trials (zookeeper, postgres)", PgServer::start()) else {
+        return;
+    };
+    let backend = [
+        "--backend".to_string(),
+        "zookeeper".into(),
+        "--zk".into(),
+        zk.connect_string(),
+    ];
+    // The TTL is the session timeout: the stopped holder stops pinging and the ensemble expires
+    // its session, deleting its lock node.
+    trials(&backend, &[400, 600, 800], &pg, 20, 3);
 }

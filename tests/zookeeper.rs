@@ -6,10 +6,16 @@
 mod common;
 
 use common::contract::{election_contract, lock_contract, lost_signal_contract};
-use fencecheck::backend::servers::{started_or_skip, ZkCluster};
-use fencecheck::backend::{Acquired, LockService, ZkLock, ZkOptions};
-use fencecheck::protocol::one_leader_per_term;
-use std::sync::Arc;
+use fencecheck::backend::servers::{signal, started_or_skip, ServerError, TempDir, ZkCluster};
+use fencecheck::backend::{
+    Acquired, FencedStorage, LocalFencedMap, LockService, ZkElection, ZkLock, ZkOptions,
+};
+use fencecheck::protocol::{
+    one_leader_per_term, storage_in_lease_order, Event, FencePolicy, History, Token,
+};
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Stdio};
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 const TTL: Duration = Duration::from_secs(1);
@@ -117,4 +123,314 @@ async fn tokens_are_creation_zxids_and_the_session_timeout_is_the_servers() {
         .await
         .unwrap();
     assert_eq!(long.ttl(), Duration::from_secs(60));
+}
+
+/// Compiles tests/interop/CuratorMutex.java against Debian's Curator jars (libcurator-recipes-java).
+fn curator_program() -> Result<TempDir, ServerError> {
+    if !std::path::Path::new("/usr/share/java/curator-recipes.jar").is_file() {
+        return Err(ServerError::Missing {
+            binary: "Apache Curator (/usr/share/java/curator-recipes.jar)".into(),
+            hint: "Debian: apt-get install libcurator-recipes-java",
+        });
+    }
+    let dir = TempDir::new("curator").unwrap();
+    let status = Command::new("javac")
+        .args(["-cp", "/usr/share/java/*", "-d"])
+        .arg(dir.path())
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/interop/CuratorMutex.java"
+        ))
+        .status()
+        .expect("javac runs");
+    assert!(status.success(), "javac failed");
+    Ok(dir)
+}
+
+/// Starts Curator's mutex on `path`; returns it with a channel of the lines it prints.
+fn curator_mutex(classes: &TempDir, connect: &str, path: &str) -> (Child, mpsc::Receiver<String>) {
+    let mut child = Command::new("java")
+        .arg("-cp")
+        .arg(format!("{}:/usr/share/java/*", classes.path().display()))
+        .args(["CuratorMutex", connect, path])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("java runs");
+    let out = BufReader::new(child.stdout.take().unwrap());
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in out.lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    (child, rx)
+}
+
+fn curator_release(child: &mut Child, lines: &mpsc::Receiver<String>) {
+    writeln!(child.stdin.as_mut().unwrap(), "release").unwrap();
+    assert_eq!(
+        lines.recv_timeout(Duration::from_secs(10)).as_deref(),
+        Ok("RELEASED")
+    );
+    child.wait().unwrap();
+}
+
+#[tokio::test]
+async fn curators_mutex_and_ours_exclude_each_other() {
+    let Some(zk) = started_or_skip("Curator interop", ZkCluster::start(1)) else {
+        return;
+    };
+    let Some(classes) = started_or_skip("Curator interop", curator_program()) else {
+        return;
+    };
+    let path = "/locks/shared";
+    // A lease long enough to outlast Curator's wait below without renewals.
+    let lock = ZkLock::connect(&zk.connect_string(), path, Duration::from_secs(10))
+        .await
+        .unwrap();
+
+    // Curator holds it: ours is refused and sees Curator's node as the holder; ours gets it,
+    // with a larger token, once Curator lets go.
+    let (mut curator, lines) = curator_mutex(&classes, &zk.connect_string(), path);
+    assert_eq!(
+        lines.recv_timeout(Duration::from_secs(20)).as_deref(),
+        Ok("HELD")
+    );
+    assert!(
+        matches!(
+            lock.try_acquire("ours").await.unwrap(),
+            Acquired::Busy { .. }
+        ),
+        "acquired while Curator held the lock"
+    );
+    let curators = lock.holder().await.unwrap().expect("Curator's node holds");
+    curator_release(&mut curator, &lines);
+    let g = lock
+        .acquire("ours", Duration::from_secs(5))
+        .await
+        .unwrap()
+        .expect("free after Curator");
+    assert!(g.token > curators.token);
+
+    // Ours holds it: Curator waits, and gets it when we release.
+    let (mut curator, lines) = curator_mutex(&classes, &zk.connect_string(), path);
+    assert!(
+        lines.recv_timeout(Duration::from_secs(2)).is_err(),
+        "Curator took a lock we hold"
+    );
+    assert!(lock.release("ours", g.token).await.unwrap());
+    assert_eq!(
+        lines.recv_timeout(Duration::from_secs(10)).as_deref(),
+        Ok("HELD")
+    );
+    let after = lock.holder().await.unwrap().expect("Curator holds");
+    assert!(after.token > g.token);
+    curator_release(&mut curator, &lines);
+}
+
+/// One round: acquire (retrying a call that failed while the ensemble lost its leader, as a
+/// client must), write to fenced storage with the token, release. Returns the failed calls.
+async fn fenced_round(
+    lock: &ZkLock,
+    store: &LocalFencedMap,
+    history: &mut History,
+    who: &str,
+) -> usize {
+    let mut failures = 0;
+    let grant = loop {
+        match lock.acquire(who, Duration::from_secs(10)).await {
+            Ok(Some(g)) => break g,
+            Ok(None) => panic!("{who}: no grant within 10 s"),
+            Err(e) => {
+                eprintln!("{who}: attempt failed: {e}");
+                failures += 1;
+                assert!(failures < 10, "{who}: the lock kept failing: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    history.granted(who, grant.token.get());
+    let outcome = store.write("k", grant.token, who.as_bytes()).await.unwrap();
+    if outcome.is_accepted() {
+        history.accepted(who);
+    } else {
+        history.rejected(who);
+    }
+    let mut released = false;
+    for _ in 0..10 {
+        match lock.release(who, grant.token).await {
+            Ok(done) => {
+                released = done;
+                break;
+            }
+            Err(_) => failures += 1,
+        }
+    }
+    assert!(released, "{who}: release refused");
+    failures
+}
+
+const LEADER_KILLS: usize = 10;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lock_works_through_leader_kills_and_stopped_servers() {
+    let Some(mut zk) = started_or_skip("ZooKeeper ensemble", ZkCluster::start(3)) else {
+        return;
+    };
+    // Sessions must outlive a leader election (they are not expired while there is no leader).
+    let lock = ZkLock::connect(&zk.connect_string(), "faults", Duration::from_secs(4))
+        .await
+        .unwrap();
+    let store = LocalFencedMap::new(FencePolicy::Fenced);
+    let mut history = History::new();
+    let mut failed = 0;
+    // kill -9 the leader: the other two elect a new one and the lock keeps working; restart it.
+    for trial in 0..LEADER_KILLS {
+        let leader = zk.leader().expect("a leader");
+        zk.kill9(leader);
+        failed += fenced_round(&lock, &store, &mut history, &format!("kill-{trial}")).await;
+        zk.restart(leader).unwrap();
+    }
+    // SIGSTOP one server (a slow or partitioned node): the majority still serves the lock.
+    for trial in 0..LEADER_KILLS {
+        let server = trial % zk.size();
+        let pid = zk.pid(server).unwrap();
+        signal(pid, libc::SIGSTOP).unwrap();
+        failed += fenced_round(&lock, &store, &mut history, &format!("stop-{trial}")).await;
+        signal(pid, libc::SIGCONT).unwrap();
+    }
+    storage_in_lease_order(&history).unwrap();
+    assert_eq!(history.accepted_writes(), 2 * LEADER_KILLS, "{history}");
+    let tokens: Vec<u64> = history
+        .events()
+        .iter()
+        .filter_map(|e| match e {
+            Event::Granted { token, .. } => Some(*token),
+            _ => None,
+        })
+        .collect();
+    assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
+    eprintln!(
+        "{LEADER_KILLS} leader kills and {LEADER_KILLS} stopped servers: every round served, \
+         tokens increasing, storage in lease order; {failed} calls retried by the caller"
+    );
+}
+
+#[tokio::test]
+async fn zk_election_observes_the_leader_and_its_term() {
+    let Some(zk) = started_or_skip("ZooKeeper election", ZkCluster::start(1)) else {
+        return;
+    };
+    let lock = ZkLock::connect(&zk.connect_string(), "/election/leader", TTL)
+        .await
+        .unwrap();
+    let election: ZkElection = ZkElection::new(Arc::new(lock));
+    let leader = election
+        .campaign("node-1", Duration::from_secs(1))
+        .await
+        .unwrap()
+        .expect("an empty election is won");
+    assert!(leader.proclaim("10.0.0.1:8080").await.unwrap());
+    let seen = election.leader().await.unwrap().unwrap();
+    assert_eq!(
+        (seen.owner.as_str(), seen.token, seen.value.as_deref()),
+        ("node-1", leader.term(), Some("10.0.0.1:8080"))
+    );
+    assert!(leader.term() > Token::new(0));
+    let term = leader.term();
+    assert!(leader.resign().await.unwrap());
+    let next = election
+        .campaign("node-2", Duration::from_secs(1))
+        .await
+        .unwrap()
+        .unwrap();
+    let observed = election
+        .observe(Some(term), TTL)
+        .await
+        .unwrap()
+        .expect("a new term");
+    assert_eq!(
+        (observed.owner.as_str(), observed.token),
+        ("node-2", next.term())
+    );
+    assert!(next.term() > term);
+}
+
+#[test]
+fn run_and_demo_work_on_zookeeper() {
+    let Some(zk) = started_or_skip("run on ZooKeeper", ZkCluster::start(1)) else {
+        return;
+    };
+    let connect = zk.connect_string();
+    let fencecheck = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_fencecheck"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let run = [
+        "run",
+        "--backend",
+        "zookeeper",
+        "--zk",
+        &connect,
+        "--name",
+        "job",
+        "--ttl",
+        "1s",
+    ];
+    let echo = ["--", "sh", "-c", "echo $FENCECHECK_TOKEN"];
+    let out = fencecheck(&[&run[..], &echo].concat());
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let first: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    let out = fencecheck(&[&run[..], &echo].concat());
+    let second: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    assert!(second > first, "zxid tokens {first} then {second}");
+    // The child's exit status passes through.
+    let out = fencecheck(&[&run[..], &["--", "sh", "-c", "exit 7"]].concat());
+    assert_eq!(out.status.code(), Some(7));
+    // A malformed connect string is a usage error naming it.
+    let out = fencecheck(&[
+        "run",
+        "--backend",
+        "zookeeper",
+        "--zk",
+        "nohost",
+        "--name",
+        "j",
+        "--",
+        "true",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("\"nohost\"") && err.contains("HOST:PORT"),
+        "{err}"
+    );
+
+    let out = fencecheck(&[
+        "demo",
+        "--backend",
+        "zookeeper",
+        "--zk",
+        &connect,
+        "--store",
+        "memory",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("REJECT worker-A token="), "{text}");
+    assert!(text.contains("final value : written-by-B"), "{text}");
 }

@@ -720,7 +720,7 @@ impl ZkCluster {
             let data = dir.path().join(format!("s{}.data", i + 1));
             std::fs::create_dir_all(&data).map_err(|e| failed("creating a data dir", e))?;
             let mut cfg = format!(
-                "tickTime=100\ninitLimit=50\nsyncLimit=20\nminSessionTimeout=200\n\
+                "tickTime=100\ninitLimit=50\nsyncLimit=10\nminSessionTimeout=200\n\
                  maxSessionTimeout=60000\ndataDir={}\nclientPort={client_port}\n\
                  clientPortAddress=127.0.0.1\nadmin.enableServer=false\n\
                  4lw.commands.whitelist=srvr,ruok\nstandaloneEnabled=true\n\

@@ -244,19 +244,42 @@ impl ZkLock {
         })
     }
 
+    /// Opens a session. A server that accepts the TCP connection but does not answer (stopped,
+    /// or not serving while the ensemble elects a leader) is left after a share of the connect
+    /// bound; while every server refuses, they are tried again until the bound passes.
     async fn open(
         connect: &str,
         ttl: Duration,
         options: ZkOptions,
     ) -> Result<Client, BackendError> {
+        let servers = connect.split(',').count() as u32;
+        let per_server = (options.connect_timeout / (2 * servers))
+            .min(ttl * 2 / 5)
+            .max(Duration::from_millis(50));
+        let until = Instant::now() + options.connect_timeout;
+        let attempts = async {
+            loop {
+                let attempt = Client::connector()
+                    .with_session_timeout(ttl)
+                    .with_connection_timeout(per_server)
+                    .with_fail_eagerly()
+                    .connect(connect)
+                    .await;
+                match attempt {
+                    Err(ZkError::NoHosts | ZkError::ConnectionLoss)
+                        if Instant::now() + Duration::from_millis(100) < until =>
+                    {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                    other => return other,
+                }
+            }
+        };
         super::bounded_connect(
             BACKEND,
             connect.to_string(),
             options.connect_timeout,
-            Client::connector()
-                .with_session_timeout(ttl)
-                .with_fail_eagerly()
-                .connect(connect),
+            attempts,
         )
         .await
     }

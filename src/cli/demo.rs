@@ -1,12 +1,12 @@
 //! `fencecheck demo`: the story, run for real with a real TTL and a real pause, on the in-process
-//! lock or on Redis with PostgreSQL or Redis storage.
+//! lock or on Redis, etcd or ZooKeeper, with PostgreSQL, Redis or in-memory storage.
 
 use super::UsageError;
 use clap::{Args, ValueEnum};
-use fencecheck::backend::servers::{EtcdCluster, PgServer, RedisServer};
+use fencecheck::backend::servers::{EtcdCluster, PgServer, RedisServer, ZkCluster};
 use fencecheck::backend::{
     Acquired, EtcdLock, FencedStorage, LocalFencedMap, LocalLock, LockService, PgFencedStore,
-    RedisFencedStore, RedisLock, RedisOptions, WriteOutcome,
+    RedisFencedStore, RedisLock, RedisOptions, WriteOutcome, ZkLock,
 };
 use fencecheck::protocol::FencePolicy;
 use std::process::ExitCode;
@@ -21,6 +21,9 @@ pub(super) enum DemoBackend {
     Redis,
     /// etcd (`--endpoints`, or a throwaway one-member cluster); leases count whole seconds.
     Etcd,
+    /// ZooKeeper (`--zk`, or a throwaway server); the TTL is a session timeout, which the
+    /// server clamps to its own bounds.
+    Zookeeper,
 }
 
 /// Where the demo's data lives.
@@ -57,6 +60,9 @@ pub(super) struct DemoArgs {
     /// Use this etcd cluster (client URLs, comma-separated) instead of a throwaway one.
     #[arg(long, value_name = "A,B,C")]
     endpoints: Option<String>,
+    /// Use this ZooKeeper ensemble (HOST:PORT, comma-separated) instead of a throwaway server.
+    #[arg(long, value_name = "HOST:PORT,...")]
+    zk: Option<String>,
 }
 
 /// Servers the demo started; stopped when dropped.
@@ -65,6 +71,7 @@ struct Started {
     redis: Option<RedisServer>,
     pg: Option<PgServer>,
     etcd: Option<EtcdCluster>,
+    zk: Option<ZkCluster>,
 }
 
 pub(super) fn run(args: DemoArgs) -> Result<ExitCode, UsageError> {
@@ -76,7 +83,7 @@ pub(super) fn run(args: DemoArgs) -> Result<ExitCode, UsageError> {
     }
     let store = args.store.unwrap_or(match args.backend {
         DemoBackend::Local => DemoStore::Memory,
-        DemoBackend::Redis | DemoBackend::Etcd => DemoStore::Postgres,
+        DemoBackend::Redis | DemoBackend::Etcd | DemoBackend::Zookeeper => DemoStore::Postgres,
     });
     if args.backend == DemoBackend::Local && store == DemoStore::Redis {
         return Err(UsageError(
@@ -116,6 +123,17 @@ pub(super) fn run(args: DemoArgs) -> Result<ExitCode, UsageError> {
         }
         (None, false) => Vec::new(),
     };
+    let zk = match (&args.zk, args.backend == DemoBackend::Zookeeper) {
+        (Some(connect), _) => connect.clone(),
+        (None, true) => {
+            let server = ZkCluster::start(1).map_err(|e| UsageError(e.to_string()))?;
+            println!("started a throwaway ZooKeeper on {}", server.address(0));
+            let connect = server.connect_string();
+            started.zk = Some(server);
+            connect
+        }
+        (None, false) => String::new(),
+    };
     let pg_url = match (&args.pg_url, store == DemoStore::Postgres) {
         (Some(url), _) => Some(url.clone()),
         (None, true) => {
@@ -150,6 +168,12 @@ pub(super) fn run(args: DemoArgs) -> Result<ExitCode, UsageError> {
             }
             DemoBackend::Etcd => {
                 let lock = EtcdLock::connect(&endpoints, "fencecheck-demo", ttl)
+                    .await
+                    .map_err(bad)?;
+                with_store(&lock, store, policy, redis_url, pg_url, &args).await
+            }
+            DemoBackend::Zookeeper => {
+                let lock = ZkLock::connect(&zk, "fencecheck-demo", ttl)
                     .await
                     .map_err(bad)?;
                 with_store(&lock, store, policy, redis_url, pg_url, &args).await

@@ -5,7 +5,7 @@ use super::UsageError;
 use clap::{Args, ValueEnum};
 use fencecheck::backend::{
     hold, Acquired, BackendError, EtcdLock, EtcdOptions, FencedStorage, Grant, KeepaliveOptions,
-    LockService, PgFencedStore, RedisLock, RedisOptions, WriteOutcome,
+    LockService, PgFencedStore, RedisLock, RedisOptions, WriteOutcome, ZkLock, ZkOptions,
 };
 use fencecheck::protocol::{FencePolicy, Token};
 use std::io::Write;
@@ -28,19 +28,29 @@ pub(super) enum Backend {
     Redis,
     /// An etcd cluster (`--endpoints`); compatible with `etcdctl lock NAME`.
     Etcd,
+    /// A ZooKeeper ensemble (`--zk`); a NAME starting with `/` is a lock path shared with
+    /// Curator's InterProcessMutex.
+    Zookeeper,
 }
 
 /// The lock service chosen on the command line, connected.
 enum AnyLock {
     Redis(Arc<RedisLock>),
     Etcd(Arc<EtcdLock>),
+    Zk(Arc<ZkLock>),
+}
+
+/// Where each backend is, from the command line.
+struct Servers<'a> {
+    redis_url: &'a str,
+    endpoints: Vec<String>,
+    zk: &'a str,
 }
 
 /// Connects the chosen backend; every request bounded by `timeout`.
 async fn connect_lock(
     backend: Backend,
-    redis_url: &str,
-    endpoints: &[String],
+    servers: &Servers<'_>,
     name: &str,
     ttl: Duration,
     timeout: Duration,
@@ -52,7 +62,10 @@ async fn connect_lock(
                 response_timeout: timeout,
             };
             AnyLock::Redis(Arc::new(RedisLock::connect_with(
-                redis_url, name, ttl, options,
+                servers.redis_url,
+                name,
+                ttl,
+                options,
             )?))
         }
         Backend::Etcd => {
@@ -61,7 +74,16 @@ async fn connect_lock(
                 request_timeout: timeout,
             };
             AnyLock::Etcd(Arc::new(
-                EtcdLock::connect_with(endpoints, name, ttl, options).await?,
+                EtcdLock::connect_with(&servers.endpoints, name, ttl, options).await?,
+            ))
+        }
+        Backend::Zookeeper => {
+            let options = ZkOptions {
+                connect_timeout: timeout,
+                request_timeout: timeout,
+            };
+            AnyLock::Zk(Arc::new(
+                ZkLock::connect_with(servers.zk, name, ttl, options).await?,
             ))
         }
     })
@@ -114,6 +136,10 @@ pub(super) struct RunArgs {
     /// The etcd cluster's client URLs, comma-separated.
     #[arg(long, value_name = "A,B,C", default_value = "http://127.0.0.1:2379")]
     endpoints: String,
+    /// The ZooKeeper ensemble, HOST:PORT comma-separated. The TTL becomes the session timeout,
+    /// which the servers clamp to their [minSessionTimeout, maxSessionTimeout].
+    #[arg(long, value_name = "HOST:PORT,...", default_value = "127.0.0.1:2181")]
+    zk: String,
     /// The lock's name: every `run` with the same name excludes the others.
     #[arg(long, value_name = "NAME")]
     name: String,
@@ -177,18 +203,16 @@ pub(super) fn run(args: RunArgs) -> Result<ExitCode, UsageError> {
     };
     let owner = args.owner.clone().unwrap_or_else(default_owner);
     runtime().block_on(async move {
-        let lock = connect_lock(
-            args.backend,
-            &args.redis_url,
-            &endpoints_of(&args.endpoints),
-            &args.name,
-            args.ttl,
-            args.timeout,
-        )
-        .await;
+        let servers = Servers {
+            redis_url: &args.redis_url,
+            endpoints: endpoints_of(&args.endpoints),
+            zk: &args.zk,
+        };
+        let lock = connect_lock(args.backend, &servers, &args.name, args.ttl, args.timeout).await;
         match lock {
             Ok(AnyLock::Redis(l)) => run_holding(l, owner, wait, args).await,
             Ok(AnyLock::Etcd(l)) => run_holding(l, owner, wait, args).await,
+            Ok(AnyLock::Zk(l)) => run_holding(l, owner, wait, args).await,
             Err(e) => backend_failure(e),
         }
     })
@@ -328,6 +352,9 @@ pub(super) struct WorkerArgs {
     /// The etcd cluster holding the lock.
     #[arg(long, value_name = "A,B,C", default_value = "http://127.0.0.1:2379")]
     endpoints: String,
+    /// The ZooKeeper ensemble holding the lock.
+    #[arg(long, value_name = "HOST:PORT,...", default_value = "127.0.0.1:2181")]
+    zk: String,
     /// The PostgreSQL holding the data.
     #[arg(long, value_name = "URL")]
     pg_url: String,
@@ -359,21 +386,19 @@ pub(super) struct WorkerArgs {
 pub(super) fn worker(args: WorkerArgs) -> Result<ExitCode, UsageError> {
     runtime().block_on(async move {
         let fail = |e: BackendError| UsageError(format!("worker {}: {e}", args.owner));
-        let endpoints = endpoints_of(&args.endpoints);
+        let servers = Servers {
+            redis_url: &args.redis_url,
+            endpoints: endpoints_of(&args.endpoints),
+            zk: &args.zk,
+        };
         let timeout = Duration::from_secs(2);
-        let lock = connect_lock(
-            args.backend,
-            &args.redis_url,
-            &endpoints,
-            &args.name,
-            args.ttl,
-            timeout,
-        )
-        .await
-        .map_err(fail)?;
+        let lock = connect_lock(args.backend, &servers, &args.name, args.ttl, timeout)
+            .await
+            .map_err(fail)?;
         match lock {
             AnyLock::Redis(l) => serve_worker(l, &args).await,
             AnyLock::Etcd(l) => serve_worker(l, &args).await,
+            AnyLock::Zk(l) => serve_worker(l, &args).await,
         }
     })
 }
