@@ -5,7 +5,9 @@
 
 mod common;
 
-use common::contract::{election_contract, lock_contract, lost_signal_contract};
+use common::contract::{
+    blind_campaign_is_caught, election_contract, lock_contract, lost_signal_contract,
+};
 use fencecheck::backend::servers::{signal, started_or_skip, ServerError, TempDir, ZkCluster};
 use fencecheck::backend::{
     Acquired, FencedStorage, LocalFencedMap, LockService, ZkElection, ZkLock, ZkOptions,
@@ -40,6 +42,13 @@ async fn zookeeper_lock_meets_the_contract() {
         .unwrap();
     let wins = election_contract(Arc::new(lock)).await;
     one_leader_per_term(&wins).unwrap();
+
+    // Negative control: a blind campaign on ZooKeeper wins a held election with the leader's
+    // term, and the same checker says so.
+    let lock = ZkLock::connect(&zk.connect_string(), "blind", TTL)
+        .await
+        .unwrap();
+    blind_campaign_is_caught(lock).await;
 }
 
 #[tokio::test]
@@ -118,6 +127,23 @@ async fn tokens_are_creation_zxids_and_the_session_timeout_is_the_servers() {
         last = Some(g.token);
         assert!(lock.release(&owner, g.token).await.unwrap());
     }
+    // Why the token is the czxid and not the node's sequence number: the sequence belongs to the
+    // lock's parent node and restarts at 0 when the parent is deleted and made again (Curator
+    // makes it a container node, which ZooKeeper deletes once empty). The zxid never restarts.
+    let raw = zookeeper_client::Client::connect(&zk.connect_string())
+        .await
+        .unwrap();
+    raw.delete("/locks/tokens", None).await.unwrap();
+    let Acquired::Granted(g) = lock.try_acquire("after").await.unwrap() else {
+        panic!("free lock refused");
+    };
+    assert!(g.token > last.unwrap());
+    let nodes = raw.list_children("/locks/tokens").await.unwrap();
+    assert!(
+        nodes.len() == 1 && nodes[0].ends_with("-lock-0000000000"),
+        "{nodes:?}"
+    );
+    assert!(lock.release("after", g.token).await.unwrap());
     // The server clamps the session timeout to its maximum (60 s here); the lock reports it.
     let long = ZkLock::connect(&zk.connect_string(), "x", Duration::from_secs(600))
         .await
@@ -177,7 +203,9 @@ fn curator_release(child: &mut Child, lines: &mpsc::Receiver<String>) {
     child.wait().unwrap();
 }
 
-#[tokio::test]
+// Two worker threads: the test blocks one while it waits for Curator's output, and the
+// ZooKeeper sessions keep running on the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn curators_mutex_and_ours_exclude_each_other() {
     let Some(zk) = started_or_skip("Curator interop", ZkCluster::start(1)) else {
         return;

@@ -668,7 +668,9 @@ const ZK_JAR: &str = "/usr/share/java/zookeeper.jar";
 
 /// A throwaway ZooKeeper server or ensemble on 127.0.0.1: one JVM per server, each with its own
 /// `zoo.cfg`, data directory and ports. A 100 ms tick keeps session expiry quick: sessions may
-/// last from 200 ms (2 ticks) to 60 s.
+/// last from 200 ms (2 ticks) to 60 s. The transaction log is written without fsync
+/// (`forceSync=no`): a killed server keeps what the OS has, and disk flushes do not swamp the
+/// timings on a small machine. Do not copy that setting to production.
 #[derive(Debug)]
 pub struct ZkCluster {
     members: Vec<ZkMember>,
@@ -724,7 +726,7 @@ impl ZkCluster {
                  maxSessionTimeout=60000\ndataDir={}\nclientPort={client_port}\n\
                  clientPortAddress=127.0.0.1\nadmin.enableServer=false\n\
                  4lw.commands.whitelist=srvr,ruok\nstandaloneEnabled=true\n\
-                 preAllocSize=1024\n",
+                 preAllocSize=1024\nforceSync=no\n",
                 data.display()
             );
             if size > 1 {

@@ -474,15 +474,27 @@ impl ZkLock {
         }
     }
 
-    /// Deletes `node`: whether it was there.
+    /// Deletes `node`: whether it was there. A delete whose connection was lost is sent again;
+    /// if the repeat finds the node gone, the lost attempt is what deleted it.
     async fn delete(&self, client: &Client, node: &str) -> Result<bool, BackendError> {
-        match self
-            .call("release", true, || client.delete(node, None))
-            .await
-        {
+        let lost = std::sync::atomic::AtomicBool::new(false);
+        let result = self
+            .call("release", true, || {
+                let attempt = client.delete(node, None);
+                let lost = &lost;
+                async move {
+                    let r = attempt.await;
+                    if r == Err(ZkError::ConnectionLoss) {
+                        lost.store(true, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    r
+                }
+            })
+            .await;
+        match result {
             Ok(()) => Ok(true),
             Err(BackendError::Server { detail, .. }) if detail == ZkError::NoNode.to_string() => {
-                Ok(false)
+                Ok(lost.into_inner())
             }
             Err(e) => Err(e),
         }

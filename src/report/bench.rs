@@ -62,6 +62,7 @@ const BASELINES: &[&str] = &[
     "redis_benchmark_floor",
     "plain_upsert",
     "put_if_absent_delete_floor",
+    "create_ephemeral_sequential_delete_floor",
 ];
 
 fn read_json(path: &Path, what: &'static str) -> Result<Value, BenchError> {

@@ -253,6 +253,19 @@ pub async fn election_contract<L: LockService + 'static>(
     wins
 }
 
+/// The negative control for the election contract: on `lock` wrapped in [`BlindCampaign`], two
+/// candidates both win one term, and `one_leader_per_term` names that term.
+pub async fn blind_campaign_is_caught<L: LockService + 'static>(lock: L) {
+    use fencecheck::backend::LeaderElection;
+    let election = LeaderElection::new(std::sync::Arc::new(BlindCampaign(lock)));
+    let a = election.campaign("a", Duration::ZERO).await.unwrap();
+    let b = election.campaign("b", Duration::ZERO).await.unwrap();
+    let (a, b) = (a.expect("a wins"), b.expect("b wins blindly"));
+    let wins = [(a.term(), "a"), (b.term(), "b")];
+    let e = fencecheck::protocol::one_leader_per_term(&wins).unwrap_err();
+    assert_eq!(e.term, a.term());
+}
+
 /// A broken lock for the negative control: a busy try-acquire "wins" anyway, with the current
 /// holder's token (a blind campaign).
 pub struct BlindCampaign<L>(pub L);

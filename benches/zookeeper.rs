@@ -1,0 +1,114 @@
+//! `ZkLock` acquire + release on one ZooKeeper server and on a three-server ensemble this
+//! benchmark starts, against the floor of a raw create-ephemeral-sequential plus a delete on the
+//! same servers, in the same run. On the ensemble both connect to the same follower.
+//!
+//! Round trips: our acquire sends the create and the list of contenders together on one session
+//! (one round trip; ZooKeeper answers a session's requests in order), our release is one delete;
+//! the floor is the create and the delete alone.
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use fencecheck::backend::servers::ZkCluster;
+use fencecheck::backend::{Acquired, LockService, ZkLock};
+use std::time::Duration;
+use zookeeper_client::{Acls, Client, CreateMode};
+
+fn bench_ensemble(c: &mut Criterion, servers: usize) {
+    let zk = ZkCluster::start(servers).expect("ZooKeeper starts");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    // Both clients talk to the same server (on the ensemble, a follower, which forwards writes
+    // to the leader), so the comparison does not depend on where each session landed.
+    let server = match zk.leader() {
+        Some(leader) if servers > 1 => (leader + 1) % servers,
+        _ => 0,
+    };
+    let connect = zk.address(server);
+    let lock = rt
+        .block_on(ZkLock::connect(&connect, "bench", Duration::from_secs(30)))
+        .unwrap();
+    let client = rt.block_on(Client::connect(&connect)).unwrap();
+    let persistent = CreateMode::Persistent.with_acls(Acls::anyone_all());
+    rt.block_on(client.mkdir("/floor", &persistent)).unwrap();
+    let ephemeral = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
+    // The servers are JVMs: run the operations measured below for a few seconds first, so
+    // whichever is measured first does not pay for the JIT warming up.
+    rt.block_on(async {
+        let until = std::time::Instant::now() + Duration::from_secs(4);
+        while std::time::Instant::now() < until {
+            let Acquired::Granted(grant) = lock.try_acquire("owner").await.unwrap() else {
+                panic!("the bench lock is free");
+            };
+            lock.release("owner", grant.token).await.unwrap();
+            let (_, n) = client
+                .create("/floor/lock-", b"owner", &ephemeral)
+                .await
+                .unwrap();
+            client
+                .delete(&format!("/floor/lock-{n}"), None)
+                .await
+                .unwrap();
+        }
+    });
+    let mut g = c.benchmark_group(format!("zookeeper/{servers}_servers/acquire_release"));
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("create_ephemeral_sequential_delete_floor", |b| {
+        b.iter(|| {
+            rt.block_on(async {
+                let (_, sequence) = client
+                    .create("/floor/lock-", b"owner", &ephemeral)
+                    .await
+                    .unwrap();
+                client
+                    .delete(&format!("/floor/lock-{sequence}"), None)
+                    .await
+                    .unwrap();
+            })
+        })
+    });
+    g.bench_function("create_list_delete_floor", |b| {
+        b.iter(|| {
+            rt.block_on(async {
+                let create = client.create("/floor/lock-", b"owner", &ephemeral);
+                let list = client.list_children("/floor");
+                let (created, listed) = tokio::join!(create, list);
+                let (_, sequence) = created.unwrap();
+                assert!(!listed.unwrap().is_empty());
+                client
+                    .delete(&format!("/floor/lock-{sequence}"), None)
+                    .await
+                    .unwrap();
+            })
+        })
+    });
+    g.bench_function("fenced_acquire_release", |b| {
+        b.iter(|| {
+            rt.block_on(async {
+                let Acquired::Granted(grant) = lock.try_acquire("owner").await.unwrap() else {
+                    panic!("the bench lock is free between iterations");
+                };
+                assert!(lock.release("owner", grant.token).await.unwrap());
+            })
+        })
+    });
+    g.finish();
+}
+
+fn one_server(c: &mut Criterion) {
+    bench_ensemble(c, 1);
+}
+
+fn three_servers(c: &mut Criterion) {
+    bench_ensemble(c, 3);
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .sample_size(20)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(4));
+    targets = one_server, three_servers
+}
+criterion_main!(benches);
