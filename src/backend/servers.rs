@@ -425,6 +425,22 @@ impl Drop for PgServer {
     }
 }
 
+/// Stops a cluster member this harness started (resumed first, in case a test stopped it).
+fn stop_member(child: &mut Option<Child>) {
+    if let Some(mut child) = child.take() {
+        let _ = signal(child.id(), libc::SIGCONT);
+        stop_child(&mut child, libc::SIGTERM, Duration::from_secs(2));
+    }
+}
+
+/// `kill -9` of a cluster member this harness started.
+fn kill_member(child: &mut Option<Child>) {
+    if let Some(mut child) = child.take() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
+
 /// For tests: the started server, or `None` after a loud notice when its binary is missing and
 /// `FENCECHECK_REQUIRE_SERVERS` is not `1`. Panics when the server is required, or installed but
 /// failing to start.
@@ -636,10 +652,7 @@ impl EtcdCluster {
 
     /// `kill -9` member `i`.
     pub fn kill9(&mut self, i: usize) {
-        if let Some(mut child) = self.members[i].child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        kill_member(&mut self.members[i].child);
     }
 
     /// Starts member `i` again on its data directory and waits until it is healthy.
@@ -653,10 +666,7 @@ impl EtcdCluster {
 impl Drop for EtcdCluster {
     fn drop(&mut self) {
         for m in &mut self.members {
-            if let Some(mut child) = m.child.take() {
-                let _ = signal(child.id(), libc::SIGCONT);
-                stop_child(&mut child, libc::SIGTERM, Duration::from_secs(2));
-            }
+            stop_member(&mut m.child);
         }
     }
 }
@@ -843,10 +853,7 @@ impl ZkCluster {
 
     /// `kill -9` server `i`.
     pub fn kill9(&mut self, i: usize) {
-        if let Some(mut child) = self.members[i].child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        kill_member(&mut self.members[i].child);
     }
 
     /// Starts server `i` again on its data directory and waits until it serves clients.
@@ -860,10 +867,7 @@ impl ZkCluster {
 impl Drop for ZkCluster {
     fn drop(&mut self) {
         for m in &mut self.members {
-            if let Some(mut child) = m.child.take() {
-                let _ = signal(child.id(), libc::SIGCONT);
-                stop_child(&mut child, libc::SIGTERM, Duration::from_secs(2));
-            }
+            stop_member(&mut m.child);
         }
     }
 }
