@@ -6,7 +6,7 @@
 //! revoke); the floor is one each way, with no lease.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use etcd_client::{Client, Compare, CompareOp, Txn, TxnOp};
+use fencecheck::backend::etcd_rpc::{Compare, Members, RequestOp, TxnRequest};
 use fencecheck::backend::servers::EtcdCluster;
 use fencecheck::backend::{Acquired, EtcdLock, LockService};
 use std::time::Duration;
@@ -25,7 +25,8 @@ fn bench_cluster(c: &mut Criterion, members: usize) {
             Duration::from_secs(30),
         ))
         .unwrap();
-    let mut client = rt.block_on(Client::connect(&endpoints, None)).unwrap();
+    let rpc = Members::new(&endpoints, Duration::from_secs(2), Duration::from_secs(2)).unwrap();
+    let client = rpc.client(0);
     let mut g = c.benchmark_group(format!("etcd/{members}_members/acquire_release"));
     g.throughput(Throughput::Elements(1));
     g.bench_function("fenced_acquire_release", |b| {
@@ -41,11 +42,13 @@ fn bench_cluster(c: &mut Criterion, members: usize) {
     g.bench_function("put_if_absent_delete_floor", |b| {
         b.iter(|| {
             rt.block_on(async {
-                let txn = Txn::new()
-                    .when([Compare::create_revision("floor/k", CompareOp::Equal, 0)])
-                    .and_then([TxnOp::put("floor/k", "owner", None)]);
-                assert!(client.txn(txn).await.unwrap().succeeded());
-                client.delete("floor/k", None).await.unwrap();
+                let txn = TxnRequest {
+                    compare: vec![Compare::created_at("floor/k", 0)],
+                    success: vec![RequestOp::put("floor/k", "owner", 0)],
+                    failure: vec![],
+                };
+                assert!(client.txn(txn).await.unwrap().succeeded);
+                assert_eq!(client.delete("floor/k").await.unwrap(), 1);
             })
         })
     });

@@ -23,6 +23,7 @@ pub mod servers;
 mod zookeeper;
 
 pub use self::election::{LeaderElection, Leadership};
+pub use self::etcd::rpc as etcd_rpc;
 pub use self::etcd::{EtcdLock, EtcdOptions};
 pub use self::keepalive::{hold, HeldLease, KeepaliveOptions, LostReason};
 pub use self::local::{LocalFencedMap, LocalLock};

@@ -18,16 +18,16 @@
 //!
 //! etcd leases count whole seconds: the TTL is rounded up to a whole number of seconds, at least 1.
 
+pub mod rpc;
+
 use super::{validate_name, validate_ttl, Acquired, BackendError, Grant, Holder, LockService};
 use crate::protocol::Token;
-use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, GetOptions, PutOptions, SortOrder, SortTarget, Txn,
-    TxnOp, TxnOpResponse,
-};
+use rpc::{Compare, KeyValue, RangeRequest, RequestOp, TxnRequest, TxnResponse};
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+use tonic::Status;
 
 const BACKEND: &str = "etcd";
 
@@ -40,22 +40,32 @@ enum Retry {
     IfNotSent,
 }
 
-/// gRPC status codes (tonic's `Code` discriminants).
-const GRPC_CANCELLED: i32 = 1;
-const GRPC_UNKNOWN: i32 = 2;
-const GRPC_DEADLINE_EXCEEDED: i32 = 4;
-const GRPC_UNAVAILABLE: i32 = 14;
+/// Why a call failed after its retries.
+enum Failure {
+    /// The last member tried answered with this status.
+    Status(Status),
+    /// No member answered within the bound.
+    Timeout(Duration),
+}
 
-fn retryable(e: &etcd_client::Error, retry: Retry) -> bool {
-    match e {
-        etcd_client::Error::GRpcStatus(status) => {
-            let code = status.code() as i32;
-            code == GRPC_UNAVAILABLE
-                || (retry == Retry::Always
-                    && matches!(code, GRPC_CANCELLED | GRPC_UNKNOWN | GRPC_DEADLINE_EXCEEDED))
+impl Failure {
+    fn lease_not_found(&self) -> bool {
+        matches!(self, Failure::Status(s) if rpc::lease_not_found(s))
+    }
+
+    fn into_error(self, operation: &'static str) -> BackendError {
+        match self {
+            Failure::Status(status) => BackendError::Server {
+                backend: BACKEND,
+                operation,
+                detail: rpc::describe(&status),
+            },
+            Failure::Timeout(after) => BackendError::Timeout {
+                backend: BACKEND,
+                operation,
+                after,
+            },
         }
-        etcd_client::Error::TransportError(_) => true,
-        _ => false,
     }
 }
 
@@ -87,24 +97,15 @@ struct Held {
 
 /// An etcd lease lock with create-revision fencing tokens.
 pub struct EtcdLock {
-    client: Client,
+    members: rpc::Members,
     name: String,
     prefix: String,
     ttl: Duration,
     ttl_secs: i64,
     options: EtcdOptions,
-    endpoints: usize,
     held: Mutex<HashMap<u64, Held>>,
     /// Each owner's session lease and when it was last granted or renewed (send time).
     sessions: Mutex<HashMap<String, (i64, Instant)>>,
-}
-
-fn etcd_err(operation: &'static str, e: etcd_client::Error) -> BackendError {
-    BackendError::Server {
-        backend: BACKEND,
-        operation,
-        detail: e.to_string(),
-    }
 }
 
 /// A key's value is the owner's name, then (once published) a newline and the published value.
@@ -171,28 +172,33 @@ impl EtcdLock {
         validate_ttl(ttl)?;
         validate_endpoints(endpoints)?;
         let ttl_secs = ttl.as_millis().div_ceil(1000).max(1) as i64;
-        let connect = ConnectOptions::new()
-            .with_connect_timeout(options.connect_timeout)
-            .with_timeout(options.request_timeout);
-        let bound = options.connect_timeout + options.request_timeout;
-        let client = super::bounded_connect(
-            BACKEND,
-            endpoints.join(","),
-            bound,
-            Client::connect(endpoints, Some(connect)),
-        )
-        .await?;
-        Ok(EtcdLock {
-            client,
+        let members =
+            rpc::Members::new(endpoints, options.connect_timeout, options.request_timeout)
+                .map_err(|reason| BackendError::invalid("etcd endpoint", reason))?;
+        let lock = EtcdLock {
+            members,
             name: name.to_string(),
             prefix: format!("{name}/"),
             ttl: Duration::from_secs(ttl_secs as u64),
             ttl_secs,
             options,
-            endpoints: endpoints.len(),
             held: Mutex::new(HashMap::new()),
             sessions: Mutex::new(HashMap::new()),
+        };
+        // Reach the cluster once now, so that a wrong address fails here, naming it.
+        lock.call("connect", Retry::IfNotSent, |c| async move {
+            c.range(RangeRequest::key("fencecheck/ping")).await
         })
+        .await
+        .map_err(|f| match f {
+            Failure::Status(status) => BackendError::Connect {
+                backend: BACKEND,
+                target: endpoints.join(","),
+                detail: rpc::describe(&status),
+            },
+            timeout => timeout.into_error("connect"),
+        })?;
+        Ok(lock)
     }
 
     /// The lock's name (its keys live under `NAME/`).
@@ -205,53 +211,64 @@ impl EtcdLock {
     /// for requests safe to repeat, also after a timeout. At most `2 × endpoints + 1` attempts.
     async fn call<T, F, Fut>(
         &self,
-        operation: &'static str,
+        _operation: &'static str,
         retry: Retry,
         mut request: F,
-    ) -> Result<T, BackendError>
+    ) -> Result<T, Failure>
     where
-        F: FnMut(Client) -> Fut,
-        Fut: Future<Output = Result<T, etcd_client::Error>>,
+        F: FnMut(rpc::Client) -> Fut,
+        Fut: Future<Output = Result<T, Status>>,
     {
         let bound = self.options.request_timeout + Duration::from_millis(100);
-        let attempts = 2 * self.endpoints + 1;
-        let mut attempt = 1;
-        loop {
-            let last = attempt >= attempts;
-            match tokio::time::timeout(bound, request(self.client.clone())).await {
-                Ok(Ok(v)) => return Ok(v),
-                Ok(Err(e)) if !last && retryable(&e, retry) => {}
-                Ok(Err(e)) => return Err(etcd_err(operation, e)),
-                Err(_) if !last && retry == Retry::Always => {}
-                Err(_) => {
-                    return Err(BackendError::Timeout {
-                        backend: BACKEND,
-                        operation,
-                        after: bound,
-                    })
+        let attempts = 2 * self.members.len() + 1;
+        let idempotent = retry == Retry::Always;
+        for attempt in 0..attempts {
+            let last = attempt + 1 >= attempts;
+            let client = self.members.client(attempt);
+            match tokio::time::timeout(bound, request(client.clone())).await {
+                Ok(Ok(v)) => {
+                    self.members.answered(&client);
+                    return Ok(v);
                 }
+                Ok(Err(e)) if !last && rpc::retryable(&e, idempotent) => {}
+                Ok(Err(e)) => return Err(Failure::Status(e)),
+                Err(_) if !last && idempotent => {}
+                Err(_) => return Err(Failure::Timeout(bound)),
             }
-            attempt += 1;
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        unreachable!("the last attempt returns")
+    }
+
+    /// [`call`](Self::call) with its failure as a [`BackendError`].
+    async fn request<T, F, Fut>(
+        &self,
+        operation: &'static str,
+        retry: Retry,
+        request: F,
+    ) -> Result<T, BackendError>
+    where
+        F: FnMut(rpc::Client) -> Fut,
+        Fut: Future<Output = Result<T, Status>>,
+    {
+        self.call(operation, retry, request)
+            .await
+            .map_err(|f| f.into_error(operation))
     }
 
     /// The lowest key under the prefix: (key, create revision, value).
-    fn lowest(kvs: &[etcd_client::KeyValue]) -> Option<(String, i64, String)> {
+    fn lowest(kvs: &[KeyValue]) -> Option<(String, i64, String)> {
         kvs.first().map(|kv| {
             (
-                String::from_utf8_lossy(kv.key()).into_owned(),
-                kv.create_revision(),
-                String::from_utf8_lossy(kv.value()).into_owned(),
+                String::from_utf8_lossy(&kv.key).into_owned(),
+                kv.create_revision,
+                String::from_utf8_lossy(&kv.value).into_owned(),
             )
         })
     }
 
-    fn first_in_line() -> GetOptions {
-        GetOptions::new()
-            .with_prefix()
-            .with_sort(SortTarget::Create, SortOrder::Ascend)
-            .with_limit(1)
+    fn first_in_line(&self) -> RangeRequest {
+        RangeRequest::prefix_by_creation(&self.prefix, 1)
     }
 
     /// Grants a lease and creates our key; returns (lease, key, our create revision, lowest key,
@@ -272,54 +289,41 @@ impl EtcdLock {
         validate_name("owner", owner)?;
         let (lease, sent_at) = self.session(owner).await?;
         let key = format!("{}{lease:x}", self.prefix);
-        let txn = Txn::new()
-            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
-            .and_then([
-                TxnOp::put(
-                    key.clone(),
-                    owner,
-                    Some(PutOptions::new().with_lease(lease)),
-                ),
-                TxnOp::get(self.prefix.clone(), Some(Self::first_in_line())),
-            ])
-            .or_else([
-                TxnOp::get(key.clone(), None),
-                TxnOp::get(self.prefix.clone(), Some(Self::first_in_line())),
-            ]);
+        let txn = TxnRequest {
+            compare: vec![Compare::created_at(&key, 0)],
+            success: vec![
+                RequestOp::put(&key, owner, lease),
+                RequestOp::range(self.first_in_line()),
+            ],
+            failure: vec![
+                RequestOp::range(RangeRequest::key(&key)),
+                RequestOp::range(self.first_in_line()),
+            ],
+        };
         let attempt = self
-            .call("acquire", Retry::Always, |mut c| {
+            .call("acquire", Retry::Always, |c| {
                 let txn = txn.clone();
                 async move { c.txn(txn).await }
             })
             .await;
-        let resp = match attempt {
-            Err(BackendError::Server { ref detail, .. })
-                if may_renew && detail.contains("lease not found") =>
-            {
+        let resp: TxnResponse = match attempt {
+            Err(f) if may_renew && f.lease_not_found() => {
                 // The session lease ended between its renewal and our write: start a new one.
                 self.sessions.lock().expect("poisoned").remove(owner);
                 return Box::pin(self.enqueue_once(owner, false)).await;
             }
-            other => other?,
+            other => other.map_err(|f| f.into_error("acquire"))?,
         };
-        let gets: Vec<_> = resp
-            .op_responses()
-            .into_iter()
-            .filter_map(|r| match r {
-                TxnOpResponse::Get(g) => Some(g),
-                _ => None,
-            })
-            .collect();
-        let revision = if resp.succeeded() {
-            resp.header().map(|h| h.revision()).unwrap_or(0)
+        let gets: Vec<_> = resp.ranges().collect();
+        let revision = if resp.succeeded {
+            resp.header.as_ref().map_or(0, |h| h.revision)
         } else {
             // A repeat of a transaction that had already created our key.
             gets.first()
-                .and_then(|g| g.kvs().first())
-                .map(|kv| kv.create_revision())
-                .unwrap_or(0)
+                .and_then(|g| g.kvs.first())
+                .map_or(0, |kv| kv.create_revision)
         };
-        let lowest = gets.last().and_then(|g| Self::lowest(g.kvs()));
+        let lowest = gets.last().and_then(|g| Self::lowest(&g.kvs));
         Ok((lease, key, revision, lowest, sent_at))
     }
 
@@ -343,11 +347,11 @@ impl EtcdLock {
         let ttl = self.ttl_secs;
         let sent = Instant::now();
         let lease = self
-            .call("lease grant", Retry::Always, |mut c| async move {
-                c.lease_grant(ttl, None).await
+            .request("lease grant", Retry::Always, |c| async move {
+                c.lease_grant(ttl).await
             })
             .await?
-            .id();
+            .id;
         self.remember_session(owner, lease, sent);
         Ok((lease, sent))
     }
@@ -361,16 +365,18 @@ impl EtcdLock {
 
     /// Deletes `key` if it is still the one created at `token`: whether it was.
     async fn delete_key(&self, key: &str, token: i64) -> Result<bool, BackendError> {
-        let txn = Txn::new()
-            .when([Compare::create_revision(key, CompareOp::Equal, token)])
-            .and_then([TxnOp::delete(key, None)]);
+        let txn = TxnRequest {
+            compare: vec![Compare::created_at(key, token)],
+            success: vec![RequestOp::delete(key)],
+            failure: vec![],
+        };
         Ok(self
-            .call("release", Retry::IfNotSent, |mut c| {
+            .request("release", Retry::IfNotSent, |c| {
                 let txn = txn.clone();
                 async move { c.txn(txn).await }
             })
             .await?
-            .succeeded())
+            .succeeded)
     }
 
     /// Whether `owner` already holds the lock under `token` (this lock is not reentrant: asking
@@ -402,22 +408,15 @@ impl EtcdLock {
     }
 
     /// The keys under the prefix, sorted by create revision (`first_only`: just the lowest).
-    async fn keys(&self, first_only: bool) -> Result<Vec<etcd_client::KeyValue>, BackendError> {
-        let options = if first_only {
-            Self::first_in_line()
-        } else {
-            GetOptions::new()
-                .with_prefix()
-                .with_sort(SortTarget::Create, SortOrder::Ascend)
-        };
-        let prefix = self.prefix.clone();
+    async fn keys(&self, first_only: bool) -> Result<Vec<KeyValue>, BackendError> {
+        let range = RangeRequest::prefix_by_creation(&self.prefix, i64::from(first_only));
         let resp = self
-            .call("get", Retry::Always, |mut c| {
-                let (prefix, options) = (prefix.clone(), options.clone());
-                async move { c.get(prefix, Some(options)).await }
+            .request("get", Retry::Always, |c| {
+                let range = range.clone();
+                async move { c.range(range).await }
             })
             .await?;
-        Ok(resp.kvs().to_vec())
+        Ok(resp.kvs)
     }
 
     /// Finds `owner`'s key with create revision `token` (from this instance's memory, or by
@@ -431,13 +430,13 @@ impl EtcdLock {
             .await?
             .iter()
             .find(|kv| {
-                kv.create_revision() as u64 == token.get()
-                    && split_value(&String::from_utf8_lossy(kv.value())).0 == owner
+                kv.create_revision as u64 == token.get()
+                    && split_value(&String::from_utf8_lossy(&kv.value)).0 == owner
             })
             .map(|kv| Held {
                 owner: owner.to_string(),
-                lease: kv.lease(),
-                key: String::from_utf8_lossy(kv.key()).into_owned(),
+                lease: kv.lease,
+                key: String::from_utf8_lossy(&kv.key).into_owned(),
             }))
     }
 
@@ -450,18 +449,14 @@ impl EtcdLock {
     /// One keepalive of `lease`: `false` when the lease is gone.
     async fn keep_alive_once(&self, lease: i64) -> Result<bool, BackendError> {
         let result = self
-            .call("keepalive", Retry::Always, |mut c| async move {
-                let (mut keeper, mut stream) = c.lease_keep_alive(lease).await?;
-                keeper.keep_alive().await?;
-                stream.message().await
+            .call("keepalive", Retry::Always, |c| async move {
+                c.keep_alive_once(lease).await
             })
             .await;
         match result {
-            Ok(resp) => Ok(resp.is_some_and(|r| r.ttl() > 0)),
-            Err(BackendError::Server { detail, .. }) if detail.contains("lease not found") => {
-                Ok(false)
-            }
-            Err(e) => Err(e),
+            Ok(ttl) => Ok(ttl > 0),
+            Err(f) if f.lease_not_found() => Ok(false),
+            Err(f) => Err(f.into_error("keepalive")),
         }
     }
 }
@@ -566,25 +561,23 @@ impl LockService for EtcdLock {
         let Some(held) = self.find(owner, token).await? else {
             return Ok(false);
         };
-        let txn = Txn::new()
-            .when([Compare::create_revision(
-                held.key.clone(),
-                CompareOp::Equal,
-                token.get() as i64,
-            )])
-            .and_then([TxnOp::put(
-                held.key.clone(),
-                format!("{owner}\n{value}"),
-                Some(PutOptions::new().with_lease(held.lease)),
-            )]);
+        let txn = TxnRequest {
+            compare: vec![Compare::created_at(&held.key, token.get() as i64)],
+            success: vec![RequestOp::put(
+                &held.key,
+                &format!("{owner}\n{value}"),
+                held.lease,
+            )],
+            failure: vec![],
+        };
         // Idempotent: a repeat writes the same value under the same condition.
         Ok(self
-            .call("publish", Retry::Always, |mut c| {
+            .request("publish", Retry::Always, |c| {
                 let txn = txn.clone();
                 async move { c.txn(txn).await }
             })
             .await?
-            .succeeded())
+            .succeeded)
     }
 
     async fn release(&self, owner: &str, token: Token) -> Result<bool, BackendError> {
