@@ -14,7 +14,9 @@ fn check(c: &mut Criterion) {
         g.sample_size(10);
         g.warm_up_time(Duration::from_millis(200));
         g.measurement_time(Duration::from_secs(1));
-        let reduces = (entry.check)(&params, &Options::default(), &mut |_| {}).symmetry;
+        let reduces = (entry.check)(&params, &Options::default(), &mut |_| {})
+            .expect("accepted")
+            .symmetry;
         let symmetry: &[bool] = if reduces { &[true, false] } else { &[false] };
         for &symmetry in symmetry {
             for threads in [1usize, 2] {
@@ -24,7 +26,9 @@ fn check(c: &mut Criterion) {
                     ..Options::default()
                 };
                 // States per run, measured once, so that criterion reports states/s.
-                let states = (entry.check)(&params, &options, &mut |_| {}).generated;
+                let states = (entry.check)(&params, &options, &mut |_| {})
+                    .expect("accepted")
+                    .generated;
                 g.throughput(Throughput::Elements(states as u64));
                 let id = format!(
                     "{}_threads{threads}",

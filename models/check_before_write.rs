@@ -11,7 +11,10 @@
 //! Time is one global logical clock, the lock service's; a step `tick` advances it. The lease
 //! table is the protocol core's `LeaseTable`.
 
-use super::{Expected, Narrate, Params, PropertySpec, Step, Symmetric};
+use super::{
+    declared_properties, meaning, Declared, Declares, Expect, Expected, Narrate, Params, Step,
+    Symmetric,
+};
 use crate::protocol::{Acquire, Fence, LeaseTable, Token};
 use stateright::{Expectation, Model, Property};
 
@@ -173,17 +176,7 @@ impl Model for CheckBeforeWriteModel {
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
-        vec![
-            Property::always("storage_in_lease_order", |_, s: &CbwState| !s.plain_stale),
-            Property::always("fenced_storage_in_lease_order", |_, s: &CbwState| {
-                !s.fenced_stale
-            }),
-            Property::always("single_believer", |_, s: &CbwState| {
-                s.clients.iter().filter(|c| believes(c, s.now)).count() <= 1
-            }),
-            Property::sometimes("write_accepted", |_, s: &CbwState| s.plain_newest > 0),
-            Property::sometimes("lease_regranted", |_, s: &CbwState| s.grants >= 2),
-        ]
+        declared_properties(self)
     }
 }
 
@@ -260,55 +253,68 @@ impl Symmetric for CheckBeforeWriteModel {
     }
 }
 
-const fn specs(drift: bool) -> [PropertySpec; 5] {
-    [
-        PropertySpec {
-            name: "storage_in_lease_order",
-            kind: Expectation::Always,
-            meaning:
-                "the accept-all storage never stores an older lease's write after a newer one's",
-            expected: Expected::Violated,
-        },
-        PropertySpec {
-            name: "fenced_storage_in_lease_order",
-            kind: Expectation::Always,
-            meaning: "the fenced storage never stores an older lease's write after a newer one's",
-            expected: Expected::Holds,
-        },
-        PropertySpec {
-            name: "single_believer",
-            kind: Expectation::Always,
-            meaning: "at most one client believes, by its own clock, that it holds the lease",
-            expected: if drift {
-                Expected::Violated
-            } else {
-                Expected::Holds
+/// Every property of this model, declared once.
+const DECLARED: &[Declared<CheckBeforeWriteModel>] = &[
+    Declared {
+        name: "storage_in_lease_order",
+        kind: Expectation::Always,
+        meaning: "the accept-all storage never stores an older lease's write after a newer one's",
+        expect: Expect::Violated,
+        condition: |_: &CheckBeforeWriteModel, s: &CbwState| !s.plain_stale,
+    },
+    Declared {
+        name: "fenced_storage_in_lease_order",
+        kind: Expectation::Always,
+        meaning: "the fenced storage never stores an older lease's write after a newer one's",
+        expect: Expect::Holds,
+        condition: |_: &CheckBeforeWriteModel, s: &CbwState| !s.fenced_stale,
+    },
+    Declared {
+        name: "single_believer",
+        kind: Expectation::Always,
+        meaning: "at most one client believes, by its own clock, that it holds the lease",
+        expect: Expect::When {
+            rule: "violated when client clocks drift",
+            when: |m| {
+                if m.drift > 0 {
+                    Expected::Violated
+                } else {
+                    Expected::Holds
+                }
             },
         },
-        PropertySpec {
-            name: "write_accepted",
-            kind: Expectation::Sometimes,
-            meaning: "some write is stored",
-            expected: Expected::Holds,
+        condition: |_: &CheckBeforeWriteModel, s: &CbwState| {
+            s.clients.iter().filter(|c| believes(c, s.now)).count() <= 1
         },
-        PropertySpec {
-            name: "lease_regranted",
-            kind: Expectation::Sometimes,
-            meaning: "the lease is granted a second time",
-            expected: Expected::Holds,
-        },
-    ]
-}
+    },
+    Declared {
+        name: "write_accepted",
+        kind: Expectation::Sometimes,
+        meaning: meaning::WRITE_ACCEPTED,
+        expect: Expect::Holds,
+        condition: |_: &CheckBeforeWriteModel, s: &CbwState| s.plain_newest > 0,
+    },
+    Declared {
+        name: "lease_regranted",
+        kind: Expectation::Sometimes,
+        meaning: meaning::LEASE_REGRANTED,
+        expect: Expect::Holds,
+        condition: |_: &CheckBeforeWriteModel, s: &CbwState| s.grants >= 2,
+    },
+];
 
-const NO_DRIFT: [PropertySpec; 5] = specs(false);
-const DRIFT: [PropertySpec; 5] = specs(true);
+impl Declares for CheckBeforeWriteModel {
+    fn declarations(&self) -> &'static [Declared<Self>] {
+        DECLARED
+    }
+}
 
 catalog_entry! {
     /// The catalog entry without drift.
     CheckBeforeWrite: CheckBeforeWriteModel {
         name: "check-before-write",
         summary: "TTL-only, the client checks its lease on its own clock right before writing",
-        properties: &NO_DRIFT,
+        clients: 2..=6,
         mutants: &[],
         defaults: Params::sized(3, 1, 0),
         build: |p| CheckBeforeWriteModel { clients: p.clients, drift: 0 },
@@ -320,7 +326,7 @@ catalog_entry! {
     ClockDrift: CheckBeforeWriteModel {
         name: "clock-drift",
         summary: "check-before-write with client clocks up to one tick slower than the lock service's",
-        properties: &DRIFT,
+        clients: 2..=6,
         mutants: &[],
         defaults: Params::sized(3, 1, 0),
         build: |p| CheckBeforeWriteModel { clients: p.clients, drift: 1 },

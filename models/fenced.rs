@@ -5,8 +5,8 @@
 //! (`single_believer` is still violated: fencing protects the storage, not the beliefs), but its
 //! late write is refused, so `storage_in_lease_order` holds.
 
-use super::lease_service::{prop, LeaseModel, LeaseServiceCfg};
-use super::{Expected, Mutant, Params, PropertySpec};
+use super::lease_service::{condition, prop, LeaseModel, LeaseServiceCfg};
+use super::{meaning, Declared, Expect, Mutant, Params};
 use crate::protocol::FencePolicy;
 use stateright::Expectation;
 
@@ -57,49 +57,56 @@ impl FencedModelCfg {
     }
 }
 
-/// What the fenced model declares about each of its properties.
-pub const PROPERTIES: &[PropertySpec] = &[
-    PropertySpec {
+/// Every property of the fenced model, declared once.
+pub const DECLARED: &[Declared<LeaseModel>] = &[
+    Declared {
         name: prop::STORAGE_IN_LEASE_ORDER,
         kind: Expectation::Always,
-        meaning: "storage never accepts a write from an older lease after one from a newer lease",
-        expected: Expected::Holds,
+        meaning: meaning::STORAGE_IN_LEASE_ORDER,
+        expect: Expect::Holds,
+        condition: condition::in_lease_order,
     },
-    PropertySpec {
+    Declared {
         name: prop::TOKENS_INCREASE,
         kind: Expectation::Always,
-        meaning: "every grant carries a token larger than every earlier grant's",
-        expected: Expected::Holds,
+        meaning: meaning::TOKENS_INCREASE,
+        expect: Expect::Holds,
+        condition: condition::tokens_increase,
     },
-    PropertySpec {
+    Declared {
         name: prop::SINGLE_BELIEVER,
         kind: Expectation::Always,
         meaning: "at most one client believes it holds the lease (fencing does not promise this)",
-        expected: Expected::Violated,
+        expect: Expect::Violated,
+        condition: condition::single_believer,
     },
-    PropertySpec {
+    Declared {
         name: prop::PROGRESS,
         kind: Expectation::Eventually,
         meaning: "every complete run stores some write",
-        expected: Expected::Holds,
+        expect: Expect::Holds,
+        condition: condition::write_stored,
     },
-    PropertySpec {
+    Declared {
         name: prop::WRITE_ACCEPTED,
         kind: Expectation::Sometimes,
-        meaning: "some write is stored",
-        expected: Expected::Holds,
+        meaning: meaning::WRITE_ACCEPTED,
+        expect: Expect::Holds,
+        condition: condition::write_stored,
     },
-    PropertySpec {
+    Declared {
         name: prop::LEASE_REGRANTED,
         kind: Expectation::Sometimes,
-        meaning: "the lease is granted a second time",
-        expected: Expected::Holds,
+        meaning: meaning::LEASE_REGRANTED,
+        expect: Expect::Holds,
+        condition: condition::regranted,
     },
-    PropertySpec {
+    Declared {
         name: prop::STALE_WRITE_REJECTED,
         kind: Expectation::Sometimes,
         meaning: "the storage refuses a stale write",
-        expected: Expected::Holds,
+        expect: Expect::Holds,
+        condition: condition::stale_write_rejected,
     },
 ];
 
@@ -108,7 +115,7 @@ catalog_entry! {
     Fenced: LeaseModel {
         name: NAME,
         summary: SUMMARY,
-        properties: PROPERTIES,
+        clients: 2..=6,
         mutants: MUTANTS,
         defaults: Params::sized(3, 2, 0),
         build: |p| FencedModelCfg {

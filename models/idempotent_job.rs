@@ -7,7 +7,9 @@
 //! front of a non-idempotent job does not save it: a run that outlives its lease lets another
 //! instance run too. The lock is an optimisation; idempotence is the correctness rule.
 
-use super::{Expected, Narrate, Params, PropertySpec, Step, Symmetric};
+use super::{
+    declared_properties, Declared, Declares, Expect, Expected, Narrate, Params, Step, Symmetric,
+};
 use crate::protocol::{Acquire, LeaseTable};
 use stateright::{Expectation, Model, Property};
 
@@ -137,11 +139,7 @@ impl Model for JobModel {
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
-        vec![
-            Property::always("effect_exactly_once", |_, s: &JobState| s.rows <= 1),
-            Property::sometimes("job_ran", |_, s: &JobState| s.rows >= 1),
-            Property::eventually("job_done", |_, s: &JobState| s.rows >= 1),
-        ]
+        declared_properties(self)
     }
 }
 
@@ -207,38 +205,49 @@ impl Symmetric for JobModel {
 
 const EXACTLY_ONCE: &str = "the run's effect is stored as if the job ran once";
 
-const fn specs(exactly_once: Expected) -> [PropertySpec; 3] {
-    [
-        PropertySpec {
-            name: "effect_exactly_once",
-            kind: Expectation::Always,
-            meaning: EXACTLY_ONCE,
-            expected: exactly_once,
+/// Every property of this model, declared once.
+const DECLARED: &[Declared<JobModel>] = &[
+    Declared {
+        name: "effect_exactly_once",
+        kind: Expectation::Always,
+        meaning: EXACTLY_ONCE,
+        expect: Expect::When {
+            rule: "holds only for the idempotent upsert",
+            when: |m| match m.variant {
+                JobVariant::Idempotent => Expected::Holds,
+                JobVariant::Append | JobVariant::LockedAppend => Expected::Violated,
+            },
         },
-        PropertySpec {
-            name: "job_ran",
-            kind: Expectation::Sometimes,
-            meaning: "some run applies its effect",
-            expected: Expected::Holds,
-        },
-        PropertySpec {
-            name: "job_done",
-            kind: Expectation::Eventually,
-            meaning: "every complete history has the effect applied",
-            expected: Expected::Holds,
-        },
-    ]
-}
+        condition: |_: &JobModel, s: &JobState| s.rows <= 1,
+    },
+    Declared {
+        name: "job_ran",
+        kind: Expectation::Sometimes,
+        meaning: "some run applies its effect",
+        expect: Expect::Holds,
+        condition: |_: &JobModel, s: &JobState| s.rows >= 1,
+    },
+    Declared {
+        name: "job_done",
+        kind: Expectation::Eventually,
+        meaning: "every complete history has the effect applied",
+        expect: Expect::Holds,
+        condition: |_: &JobModel, s: &JobState| s.rows >= 1,
+    },
+];
 
-const SAFE: [PropertySpec; 3] = specs(Expected::Holds);
-const UNSAFE: [PropertySpec; 3] = specs(Expected::Violated);
+impl Declares for JobModel {
+    fn declarations(&self) -> &'static [Declared<Self>] {
+        DECLARED
+    }
+}
 
 catalog_entry! {
     /// No lock, an idempotent effect.
     IdempotentJob: JobModel {
         name: "idempotent-job",
         summary: "no lock; every instance runs; the effect is an upsert keyed by the run id",
-        properties: &SAFE,
+        clients: 2..=6,
         mutants: &[],
         defaults: Params::sized(3, 1, 0),
         build: |p| JobModel { instances: p.clients, variant: JobVariant::Idempotent },
@@ -250,7 +259,7 @@ catalog_entry! {
     AppendJob: JobModel {
         name: "append-job",
         summary: "no lock; every instance runs; the effect is an append (not idempotent)",
-        properties: &UNSAFE,
+        clients: 2..=6,
         mutants: &[],
         defaults: Params::sized(3, 1, 0),
         build: |p| JobModel { instances: p.clients, variant: JobVariant::Append },
@@ -262,7 +271,7 @@ catalog_entry! {
     LockedAppendJob: JobModel {
         name: "locked-append-job",
         summary: "a TTL lock in front of an append: the lock is only an optimisation",
-        properties: &UNSAFE,
+        clients: 2..=6,
         mutants: &[],
         defaults: Params::sized(3, 1, 0),
         build: |p| JobModel { instances: p.clients, variant: JobVariant::LockedAppend },

@@ -8,7 +8,10 @@
 //! holds, and with fencing the storage stays in term order. Without fencing a deposed leader's
 //! late write lands after its successor's.
 
-use super::{Expected, Mutant, Narrate, Params, PropertySpec, Step, Symmetric};
+use super::{
+    declared_properties, Declared, Declares, Expect, Expected, Mutant, Narrate, Params, Step,
+    Symmetric,
+};
 use crate::protocol::{
     one_leader_per_term, Campaign, Fence, FencePolicy, LeaseOrder, TermRegister, Token,
 };
@@ -183,28 +186,7 @@ impl Model for ElectionModel {
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
-        vec![
-            Property::always("one_leader_per_term", |_, s: &ElectionState| {
-                one_leader_per_term(&s.wins).is_ok()
-            }),
-            Property::always("storage_in_lease_order", |_, s: &ElectionState| {
-                s.lease_order.holds()
-            }),
-            Property::always("single_believer", |_, s: &ElectionState| {
-                s.candidates
-                    .iter()
-                    .filter(|c| matches!(c, Candidate::Leader { .. }))
-                    .count()
-                    <= 1
-            }),
-            Property::sometimes("leader_elected", |_, s: &ElectionState| !s.wins.is_empty()),
-            Property::sometimes("leadership_changes", |_, s: &ElectionState| {
-                s.wins.len() >= 2
-            }),
-            Property::eventually("a_leader_is_elected", |_, s: &ElectionState| {
-                !s.wins.is_empty()
-            }),
-        ]
+        declared_properties(self)
     }
 }
 
@@ -275,60 +257,76 @@ impl Symmetric for ElectionModel {
     }
 }
 
-const fn specs(fenced: bool) -> [PropertySpec; 6] {
-    [
-        PropertySpec {
-            name: "one_leader_per_term",
-            kind: Expectation::Always,
-            meaning: "no two candidates win the same term",
-            expected: Expected::Holds,
-        },
-        PropertySpec {
-            name: "storage_in_lease_order",
-            kind: Expectation::Always,
-            meaning: "storage never accepts an older term's write after a newer term's",
-            expected: if fenced {
-                Expected::Holds
-            } else {
-                Expected::Violated
+/// Every property of this model, declared once.
+const DECLARED: &[Declared<ElectionModel>] = &[
+    Declared {
+        name: "one_leader_per_term",
+        kind: Expectation::Always,
+        meaning: "no two candidates win the same term",
+        expect: Expect::Holds,
+        condition: |_: &ElectionModel, s: &ElectionState| one_leader_per_term(&s.wins).is_ok(),
+    },
+    Declared {
+        name: "storage_in_lease_order",
+        kind: Expectation::Always,
+        meaning: "storage never accepts an older term's write after a newer term's",
+        expect: Expect::When {
+            rule: "holds when the storage is fenced by the term",
+            when: |m| match m.policy {
+                FencePolicy::Fenced => Expected::Holds,
+                FencePolicy::AcceptAll => Expected::Violated,
             },
         },
-        PropertySpec {
-            name: "single_believer",
-            kind: Expectation::Always,
-            meaning: "at most one candidate believes it leads (a deposed leader may not know)",
-            expected: Expected::Violated,
+        condition: |_: &ElectionModel, s: &ElectionState| s.lease_order.holds(),
+    },
+    Declared {
+        name: "single_believer",
+        kind: Expectation::Always,
+        meaning: "at most one candidate believes it leads (a deposed leader may not know)",
+        expect: Expect::Violated,
+        condition: |_: &ElectionModel, s: &ElectionState| {
+            s.candidates
+                .iter()
+                .filter(|c| matches!(c, Candidate::Leader { .. }))
+                .count()
+                <= 1
         },
-        PropertySpec {
-            name: "leader_elected",
-            kind: Expectation::Sometimes,
-            meaning: "some candidate wins",
-            expected: Expected::Holds,
-        },
-        PropertySpec {
-            name: "leadership_changes",
-            kind: Expectation::Sometimes,
-            meaning: "a second term is won",
-            expected: Expected::Holds,
-        },
-        PropertySpec {
-            name: "a_leader_is_elected",
-            kind: Expectation::Eventually,
-            meaning: "every complete history elects a leader",
-            expected: Expected::Holds,
-        },
-    ]
-}
+    },
+    Declared {
+        name: "leader_elected",
+        kind: Expectation::Sometimes,
+        meaning: "some candidate wins",
+        expect: Expect::Holds,
+        condition: |_: &ElectionModel, s: &ElectionState| !s.wins.is_empty(),
+    },
+    Declared {
+        name: "leadership_changes",
+        kind: Expectation::Sometimes,
+        meaning: "a second term is won",
+        expect: Expect::Holds,
+        condition: |_: &ElectionModel, s: &ElectionState| s.wins.len() >= 2,
+    },
+    Declared {
+        name: "a_leader_is_elected",
+        kind: Expectation::Eventually,
+        meaning: "every complete history elects a leader",
+        expect: Expect::Holds,
+        condition: |_: &ElectionModel, s: &ElectionState| !s.wins.is_empty(),
+    },
+];
 
-const FENCED: [PropertySpec; 6] = specs(true);
-const UNFENCED: [PropertySpec; 6] = specs(false);
+impl Declares for ElectionModel {
+    fn declarations(&self) -> &'static [Declared<Self>] {
+        DECLARED
+    }
+}
 
 catalog_entry! {
     /// The catalog entry: terms as fencing tokens.
     LeaderElection: ElectionModel {
         name: "leader-election",
         summary: "candidates campaign on a compare-and-set register; the term is the fencing token",
-        properties: &FENCED,
+        clients: 2..=6,
         mutants: &[Mutant::BlindCampaign],
         defaults: Params::sized(3, 1, 1),
         build: |p| ElectionModel {
@@ -345,7 +343,7 @@ catalog_entry! {
     LeaderElectionUnfenced: ElectionModel {
         name: "leader-election-unfenced",
         summary: "the same election; the storage ignores the term",
-        properties: &UNFENCED,
+        clients: 2..=6,
         mutants: &[],
         defaults: Params::sized(3, 1, 1),
         build: |p| ElectionModel {

@@ -18,10 +18,10 @@
 //! with the grant, the writes and the storage's reply, and the model's history records what the
 //! properties need.
 
-use super::{Mutant, Narrate, Step, Symmetric};
+use super::{Declared, Declares, Mutant, Narrate, Step, Symmetric};
 use crate::protocol::{Acquire, Fence, FencePolicy, LeaseOrder, LeaseTable, Token};
 use stateright::actor::{model_timeout, Actor, ActorModel, ActorModelAction, Id, Network, Out};
-use stateright::{Expectation, Rewrite, RewritePlan};
+use stateright::{Rewrite, RewritePlan};
 use std::borrow::Cow;
 
 /// The lock service's actor index.
@@ -448,6 +448,59 @@ fn record_out(
     (next != *ghost).then_some(next)
 }
 
+/// The declarations of a lease model with storage `policy`: the TTL-only model's or the fenced
+/// model's.
+fn declarations(policy: FencePolicy) -> &'static [Declared<LeaseModel>] {
+    match policy {
+        FencePolicy::AcceptAll => super::ttl_only::DECLARED,
+        FencePolicy::Fenced => super::fenced::DECLARED,
+    }
+}
+
+impl Declares for LeaseModel {
+    fn declarations(&self) -> &'static [Declared<LeaseModel>] {
+        declarations(self.cfg.policy)
+    }
+}
+
+/// The conditions of the lease models' properties, shared by the TTL-only and fenced models.
+pub mod condition {
+    use super::{believers, grants, LeaseModel, LeaseState, Msg};
+
+    /// `storage_in_lease_order`: the library's checker over the accepted writes' epochs.
+    pub fn in_lease_order(_: &LeaseModel, s: &LeaseState) -> bool {
+        s.history.lease_order.holds()
+    }
+
+    /// `single_believer`.
+    pub fn single_believer(_: &LeaseModel, s: &LeaseState) -> bool {
+        believers(s) <= 1
+    }
+
+    /// `progress` and `write_accepted`: some write was stored.
+    pub fn write_stored(_: &LeaseModel, s: &LeaseState) -> bool {
+        s.history.lease_order.newest().is_some()
+    }
+
+    /// `lease_regranted`.
+    pub fn regranted(_: &LeaseModel, s: &LeaseState) -> bool {
+        grants(s) >= 2
+    }
+
+    /// `stale_write_rejected`. Every rejection puts a Rejected reply in flight, so reaching such
+    /// a state is the same as a rejection happening; reading the network keeps the history lean.
+    pub fn stale_write_rejected(_: &LeaseModel, s: &LeaseState) -> bool {
+        s.network
+            .iter_deliverable()
+            .any(|e| matches!(e.msg, Msg::Rejected { .. }))
+    }
+
+    /// `tokens_increase`.
+    pub fn tokens_increase(_: &LeaseModel, s: &LeaseState) -> bool {
+        !s.history.token_not_increasing
+    }
+}
+
 /// How many leases the lock service has granted.
 pub fn grants(state: &LeaseState) -> Epoch {
     match &*state.actor_states[LOCK_SERVICE_INDEX] {
@@ -476,37 +529,9 @@ impl LeaseServiceCfg {
             .actor(Node::Storage { policy, mutant })
             .actors((0..clients).map(|_| Node::Client { writes, retries }))
             .init_network(Network::new_unordered_nonduplicating([]))
-            .record_msg_out(record_out)
-            .property(Expectation::Always, prop::STORAGE_IN_LEASE_ORDER, |_, s| {
-                s.history.lease_order.holds()
-            })
-            .property(Expectation::Always, prop::SINGLE_BELIEVER, |_, s| {
-                believers(s) <= 1
-            })
-            .property(Expectation::Eventually, prop::PROGRESS, |_, s| {
-                s.history.lease_order.newest().is_some()
-            })
-            .property(Expectation::Sometimes, prop::WRITE_ACCEPTED, |_, s| {
-                s.history.lease_order.newest().is_some()
-            })
-            .property(Expectation::Sometimes, prop::LEASE_REGRANTED, |_, s| {
-                grants(s) >= 2
-            })
-            // Every rejection puts a Rejected reply in flight, so reaching such a state is the
-            // same as a rejection happening; reading the network keeps the history lean.
-            .property(
-                Expectation::Sometimes,
-                prop::STALE_WRITE_REJECTED,
-                |_, s| {
-                    s.network
-                        .iter_deliverable()
-                        .any(|e| matches!(e.msg, Msg::Rejected { .. }))
-                },
-            );
-        if policy == FencePolicy::Fenced {
-            model = model.property(Expectation::Always, prop::TOKENS_INCREASE, |_, s| {
-                !s.history.token_not_increasing
-            });
+            .record_msg_out(record_out);
+        for p in declarations(policy) {
+            model = model.property(p.kind.clone(), p.name, p.condition);
         }
         model
     }

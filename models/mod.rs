@@ -15,7 +15,7 @@ macro_rules! catalog_entry {
         $ty:ident: $model:ty {
             name: $name:expr,
             summary: $summary:expr,
-            properties: $props:expr,
+            clients: $clients:expr,
             mutants: $mutants:expr,
             defaults: $defaults:expr,
             build: |$p:ident| $build:expr $(,)?
@@ -28,7 +28,7 @@ macro_rules! catalog_entry {
             type Model = $model;
             const NAME: &'static str = $name;
             const SUMMARY: &'static str = $summary;
-            const PROPERTIES: &'static [$crate::models::PropertySpec] = $props;
+            const CLIENTS: std::ops::RangeInclusive<usize> = $clients;
             const MUTANTS: &'static [$crate::models::Mutant] = $mutants;
 
             fn defaults() -> $crate::models::Params {
@@ -96,14 +96,106 @@ pub trait CatalogModel {
     const NAME: &'static str;
     /// One line for `fencecheck list`.
     const SUMMARY: &'static str;
-    /// Each property with its declared expectation.
-    const PROPERTIES: &'static [PropertySpec];
+    /// The numbers of clients the model is declared for: from the fewest at which the scenario it
+    /// stands for can arise to the most an exhaustive check finishes with in about a minute here.
+    /// The checker refuses other sizes rather than report verdicts the model does not declare.
+    const CLIENTS: std::ops::RangeInclusive<usize>;
     /// The mutants this model can be built with.
     const MUTANTS: &'static [Mutant];
     /// The default sizes.
     fn defaults() -> Params;
     /// Builds the model.
     fn build(params: &Params) -> Self::Model;
+}
+
+/// What a model expects of a property: fixed, or a declared rule over the model's own sizes and
+/// variant.
+pub enum Expect<M> {
+    /// Holds at every accepted size.
+    Holds,
+    /// Violated at every accepted size.
+    Violated,
+    /// Decided by `when` from the built model, with `rule` saying it in words (for `list`).
+    When {
+        /// The rule in words, e.g. "violated when retries + 2 < clients".
+        rule: &'static str,
+        /// The expectation for this model.
+        when: fn(&M) -> Expected,
+    },
+}
+
+/// One property, declared once: its name, kind, meaning, expectation and condition together.
+/// A model's `properties()` is built from its declarations ([`declared_properties`]), and the
+/// checker refuses a model whose properties and declarations disagree.
+pub struct Declared<M: stateright::Model + 'static> {
+    /// The property's name, shared by models, tests and reports ([`meaning`] has the shared ones).
+    pub name: &'static str,
+    /// `Always`, `Sometimes` or `Eventually`.
+    pub kind: Expectation,
+    /// What the property says, in one line.
+    pub meaning: &'static str,
+    /// What the model expects of it.
+    pub expect: Expect<M>,
+    /// The condition Stateright evaluates on each state.
+    pub condition: fn(&M, &M::State) -> bool,
+}
+
+impl<M: stateright::Model + 'static> Declared<M> {
+    /// The Stateright property.
+    pub fn property(&self) -> stateright::Property<M> {
+        stateright::Property {
+            expectation: self.kind.clone(),
+            name: self.name,
+            condition: self.condition,
+        }
+    }
+
+    /// The declaration resolved for `model`.
+    pub fn spec(&self, model: &M) -> PropertySpec {
+        let (expected, rule) = match &self.expect {
+            Expect::Holds => (Expected::Holds, None),
+            Expect::Violated => (Expected::Violated, None),
+            Expect::When { rule, when } => (when(model), Some(*rule)),
+        };
+        PropertySpec {
+            name: self.name,
+            kind: self.kind.clone(),
+            meaning: self.meaning,
+            expected,
+            rule,
+        }
+    }
+}
+
+/// A model whose properties are declared with [`Declared`].
+pub trait Declares: stateright::Model + Sized + 'static {
+    /// Every property of this model, declared once.
+    fn declarations(&self) -> &'static [Declared<Self>];
+}
+
+/// The Stateright properties of `model`, from its declarations: what `Model::properties` returns.
+pub fn declared_properties<M: Declares>(model: &M) -> Vec<stateright::Property<M>> {
+    model
+        .declarations()
+        .iter()
+        .map(Declared::property)
+        .collect()
+}
+
+/// The meanings of the properties several models share, written once.
+pub mod meaning {
+    /// `storage_in_lease_order`.
+    pub const STORAGE_IN_LEASE_ORDER: &str =
+        "storage never accepts a write from an older lease after one from a newer lease";
+    /// `tokens_increase`.
+    pub const TOKENS_INCREASE: &str =
+        "every grant carries a token larger than every earlier grant's";
+    /// `single_believer`.
+    pub const SINGLE_BELIEVER: &str = "at most one client believes it holds the lease";
+    /// `write_accepted`.
+    pub const WRITE_ACCEPTED: &str = "some write is stored";
+    /// `lease_regranted`.
+    pub const LEASE_REGRANTED: &str = "the lease is granted a second time";
 }
 
 /// What a model declares about one of its properties.
@@ -136,8 +228,10 @@ pub struct PropertySpec {
     pub kind: Expectation,
     /// What the property says, in one line.
     pub meaning: &'static str,
-    /// What the model declares about it.
+    /// What the model declares about it, at the size it was built with.
     pub expected: Expected,
+    /// When the expectation depends on the size or variant: the rule, in words.
+    pub rule: Option<&'static str>,
 }
 
 /// A deliberately broken use of the protocol core, built into a model to show that the checker

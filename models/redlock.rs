@@ -8,7 +8,9 @@
 //! And the per-node counters do not make a fencing token: taking the largest counter among a
 //! majority's grants repeats a token (`tokens_increase` violated).
 
-use super::{Expected, Narrate, Params, PropertySpec, Step, Symmetric};
+use super::{
+    declared_properties, Declared, Declares, Expect, Expected, Narrate, Params, Step, Symmetric,
+};
 use crate::protocol::{Acquire, LeaseOrder, LeaseTable, Token};
 use stateright::{Expectation, Model, Property};
 
@@ -225,19 +227,7 @@ impl Model for RedlockModel {
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
-        vec![
-            Property::always("single_majority_holder", |_, s: &RedlockState| {
-                s.clients.iter().filter(|c| believes(c, s.now)).count() <= 1
-            }),
-            Property::always("storage_in_lease_order", |_, s: &RedlockState| {
-                s.lease_order.holds()
-            }),
-            Property::always("tokens_increase", |_, s: &RedlockState| {
-                !s.token_not_increasing
-            }),
-            Property::sometimes("majority_held", |_, s: &RedlockState| s.holders >= 1),
-            Property::sometimes("lock_changes_hands", |_, s: &RedlockState| s.holders >= 2),
-        ]
+        declared_properties(self)
     }
 }
 
@@ -313,55 +303,68 @@ impl Symmetric for RedlockModel {
     }
 }
 
-const fn specs(fault: bool) -> [PropertySpec; 5] {
-    [
-        PropertySpec {
-            name: "single_majority_holder",
-            kind: Expectation::Always,
-            meaning: "at most one client holds valid grants from a majority",
-            expected: if fault {
-                Expected::Violated
-            } else {
-                Expected::Holds
+/// Every property of this model, declared once.
+const DECLARED: &[Declared<RedlockModel>] = &[
+    Declared {
+        name: "single_majority_holder",
+        kind: Expectation::Always,
+        meaning: "at most one client holds valid grants from a majority",
+        expect: Expect::When {
+            rule: "violated when a node restarts or a clock jumps",
+            when: |m| {
+                if m.fault == Fault::None {
+                    Expected::Holds
+                } else {
+                    Expected::Violated
+                }
             },
         },
-        PropertySpec {
-            name: "storage_in_lease_order",
-            kind: Expectation::Always,
-            meaning:
-                "storage (no fencing) never stores an older holder's write after a newer one's",
-            expected: Expected::Violated,
+        condition: |_: &RedlockModel, s: &RedlockState| {
+            s.clients.iter().filter(|c| believes(c, s.now)).count() <= 1
         },
-        PropertySpec {
-            name: "tokens_increase",
-            kind: Expectation::Always,
-            meaning: "the largest per-node counter of each new holder is larger than the last",
-            expected: Expected::Violated,
-        },
-        PropertySpec {
-            name: "majority_held",
-            kind: Expectation::Sometimes,
-            meaning: "some client holds the lock",
-            expected: Expected::Holds,
-        },
-        PropertySpec {
-            name: "lock_changes_hands",
-            kind: Expectation::Sometimes,
-            meaning: "a second client holds the lock",
-            expected: Expected::Holds,
-        },
-    ]
-}
+    },
+    Declared {
+        name: "storage_in_lease_order",
+        kind: Expectation::Always,
+        meaning: "storage (no fencing) never stores an older holder's write after a newer one's",
+        expect: Expect::Violated,
+        condition: |_: &RedlockModel, s: &RedlockState| s.lease_order.holds(),
+    },
+    Declared {
+        name: "tokens_increase",
+        kind: Expectation::Always,
+        meaning: "the largest per-node counter of each new holder is larger than the last",
+        expect: Expect::Violated,
+        condition: |_: &RedlockModel, s: &RedlockState| !s.token_not_increasing,
+    },
+    Declared {
+        name: "majority_held",
+        kind: Expectation::Sometimes,
+        meaning: "some client holds the lock",
+        expect: Expect::Holds,
+        condition: |_: &RedlockModel, s: &RedlockState| s.holders >= 1,
+    },
+    Declared {
+        name: "lock_changes_hands",
+        kind: Expectation::Sometimes,
+        meaning: "a second client holds the lock",
+        expect: Expect::Holds,
+        condition: |_: &RedlockModel, s: &RedlockState| s.holders >= 2,
+    },
+];
 
-const NO_FAULT: [PropertySpec; 5] = specs(false);
-const FAULT: [PropertySpec; 5] = specs(true);
+impl Declares for RedlockModel {
+    fn declarations(&self) -> &'static [Declared<Self>] {
+        DECLARED
+    }
+}
 
 catalog_entry! {
     /// Redlock without faults.
     Redlock: RedlockModel {
         name: "redlock",
         summary: "majority of 3 independent lock nodes, no faults; largest per-node counter as token",
-        properties: &NO_FAULT,
+        clients: 2..=2,
         mutants: &[],
         defaults: Params::sized(2, 1, 0),
         build: |p| RedlockModel { clients: p.clients, fault: Fault::None },
@@ -373,7 +376,7 @@ catalog_entry! {
     RedlockRestart: RedlockModel {
         name: "redlock-restart",
         summary: "redlock where one node restarts without persistence",
-        properties: &FAULT,
+        clients: 2..=2,
         mutants: &[],
         defaults: Params::sized(2, 1, 0),
         build: |p| RedlockModel { clients: p.clients, fault: Fault::Restart },
@@ -385,7 +388,7 @@ catalog_entry! {
     RedlockClockJump: RedlockModel {
         name: "redlock-clock-jump",
         summary: "redlock where one node's clock jumps forward",
-        properties: &FAULT,
+        clients: 2..=2,
         mutants: &[],
         defaults: Params::sized(2, 1, 0),
         build: |p| RedlockModel { clients: p.clients, fault: Fault::ClockJump },

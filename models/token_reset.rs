@@ -3,13 +3,19 @@
 //! Each client runs its job once: it takes the lease (the core `LeaseTable`), writes to fenced
 //! storage (the core `Fence`) with the lease's token, and releases. The lock service may restart
 //! once; without persistence (a Redis `INCR` counter without AOF) the restart forgets the counter
-//! and tokens start again at 1. Tokens then go backwards (`tokens_increase` violated) and the
-//! fenced storage refuses every new holder until the counter passes the old high-water mark
-//! (`progress` violated); safety holds, because the fence compares tokens, not holders. The fixed
+//! and tokens start again at 1. Tokens then go backwards (`tokens_increase` violated from two
+//! clients on) and the fenced storage refuses every new holder until the counter passes the old
+//! high-water mark. With k writes stored before the restart, the next k − 1 grants are refused;
+//! k can reach clients − 1, and one client can draw every refusal, so a client gives up (`progress`
+//! violated) exactly when retries + 2 < clients. In this model taking the lease, writing and
+//! releasing are one step, so no holder is paused across the restart. The fixed
 //! variant keeps the counter across the restart (a durable counter, or one resumed above the
 //! storage's highest token): both properties hold.
 
-use super::{Expected, Narrate, Params, PropertySpec, Step, Symmetric};
+use super::{
+    declared_properties, meaning, Declared, Declares, Expect, Expected, Narrate, Params, Step,
+    Symmetric,
+};
 use crate::protocol::{Acquire, Fence, LeaseOrder, LeaseTable, Token};
 use stateright::{Expectation, Model, Property};
 
@@ -141,18 +147,7 @@ impl Model for TokenResetModel {
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
-        vec![
-            Property::always("tokens_increase", |_, s: &ResetState| !s.went_backwards),
-            Property::always("storage_in_lease_order", |_, s: &ResetState| {
-                s.lease_order.holds()
-            }),
-            Property::eventually("progress", |_, s: &ResetState| {
-                s.clients.iter().all(|c| *c == Client::Stored)
-            }),
-            Property::sometimes("restart_after_writes", |_, s: &ResetState| {
-                s.restarted && s.clients.contains(&Client::Stored)
-            }),
-        ]
+        declared_properties(self)
     }
 }
 
@@ -198,50 +193,72 @@ impl Symmetric for TokenResetModel {
     }
 }
 
-const fn specs(durable: bool) -> [PropertySpec; 4] {
-    let broken = if durable {
-        Expected::Holds
-    } else {
-        Expected::Violated
-    };
-    [
-        PropertySpec {
-            name: "tokens_increase",
-            kind: Expectation::Always,
-            meaning: "every grant carries a token larger than every earlier grant's",
-            expected: broken,
+/// Every property of this model, declared once.
+const DECLARED: &[Declared<TokenResetModel>] = &[
+    Declared {
+        name: "tokens_increase",
+        kind: Expectation::Always,
+        meaning: meaning::TOKENS_INCREASE,
+        expect: Expect::When {
+            rule: "violated without a durable counter once two clients run",
+            when: |m| {
+                if !m.durable && m.clients >= 2 {
+                    Expected::Violated
+                } else {
+                    Expected::Holds
+                }
+            },
         },
-        PropertySpec {
-            name: "storage_in_lease_order",
-            kind: Expectation::Always,
-            meaning:
-                "storage never accepts a write from an older lease after one from a newer lease",
-            expected: Expected::Holds,
+        condition: |_: &TokenResetModel, s: &ResetState| !s.went_backwards,
+    },
+    Declared {
+        name: "storage_in_lease_order",
+        kind: Expectation::Always,
+        meaning: meaning::STORAGE_IN_LEASE_ORDER,
+        expect: Expect::Holds,
+        condition: |_: &TokenResetModel, s: &ResetState| s.lease_order.holds(),
+    },
+    Declared {
+        name: "progress",
+        kind: Expectation::Eventually,
+        meaning: "every client's write is eventually stored",
+        expect: Expect::When {
+            rule: "violated without a durable counter when retries + 2 < clients",
+            when: |m| {
+                if !m.durable && usize::from(m.retries) + 2 < m.clients {
+                    Expected::Violated
+                } else {
+                    Expected::Holds
+                }
+            },
         },
-        PropertySpec {
-            name: "progress",
-            kind: Expectation::Eventually,
-            meaning: "every client's write is eventually stored",
-            expected: broken,
+        condition: |_: &TokenResetModel, s: &ResetState| {
+            s.clients.iter().all(|c| *c == Client::Stored)
         },
-        PropertySpec {
-            name: "restart_after_writes",
-            kind: Expectation::Sometimes,
-            meaning: "the lock service restarts after some write was stored",
-            expected: Expected::Holds,
+    },
+    Declared {
+        name: "restart_after_writes",
+        kind: Expectation::Sometimes,
+        meaning: "the lock service restarts after some write was stored",
+        expect: Expect::Holds,
+        condition: |_: &TokenResetModel, s: &ResetState| {
+            s.restarted && s.clients.contains(&Client::Stored)
         },
-    ]
-}
+    },
+];
 
-const NON_DURABLE: [PropertySpec; 4] = specs(false);
-const DURABLE: [PropertySpec; 4] = specs(true);
+impl Declares for TokenResetModel {
+    fn declarations(&self) -> &'static [Declared<Self>] {
+        DECLARED
+    }
+}
 
 catalog_entry! {
     /// The catalog entry: a counter lost on restart.
     TokenReset: TokenResetModel {
         name: "token-reset",
         summary: "the lock service restarts and its token counter starts again (no persistence)",
-        properties: &NON_DURABLE,
+        clients: 1..=6,
         mutants: &[],
         defaults: Params::sized(3, 1, 0),
         build: |p| TokenResetModel { clients: p.clients, retries: p.retries, durable: false },
@@ -253,7 +270,7 @@ catalog_entry! {
     DurableToken: TokenResetModel {
         name: "durable-token",
         summary: "the same restart with a durable token counter: the fix",
-        properties: &DURABLE,
+        clients: 1..=6,
         mutants: &[],
         defaults: Params::sized(3, 1, 0),
         build: |p| TokenResetModel { clients: p.clients, retries: p.retries, durable: true },

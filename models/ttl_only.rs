@@ -5,8 +5,8 @@
 //! believe at once (`single_believer` violated) and the storage accepts the paused holder's late
 //! write after the new holder's (`storage_in_lease_order` violated).
 
-use super::lease_service::{prop, LeaseModel, LeaseServiceCfg};
-use super::{Expected, Mutant, Params, PropertySpec};
+use super::lease_service::{condition, prop, LeaseModel, LeaseServiceCfg};
+use super::{meaning, Declared, Expect, Mutant, Params};
 use crate::protocol::FencePolicy;
 use stateright::Expectation;
 
@@ -57,43 +57,49 @@ impl TtlOnlyModelCfg {
     }
 }
 
-/// What the TTL-only model declares about each of its properties.
-pub const PROPERTIES: &[PropertySpec] = &[
-    PropertySpec {
+/// Every property of the TTL-only model, declared once.
+pub const DECLARED: &[Declared<LeaseModel>] = &[
+    Declared {
         name: prop::STORAGE_IN_LEASE_ORDER,
         kind: Expectation::Always,
-        meaning: "storage never accepts a write from an older lease after one from a newer lease",
-        expected: Expected::Violated,
+        meaning: meaning::STORAGE_IN_LEASE_ORDER,
+        expect: Expect::Violated,
+        condition: condition::in_lease_order,
     },
-    PropertySpec {
+    Declared {
         name: prop::SINGLE_BELIEVER,
         kind: Expectation::Always,
-        meaning: "at most one client believes it holds the lease",
-        expected: Expected::Violated,
+        meaning: meaning::SINGLE_BELIEVER,
+        expect: Expect::Violated,
+        condition: condition::single_believer,
     },
-    PropertySpec {
+    Declared {
         name: prop::PROGRESS,
         kind: Expectation::Eventually,
         meaning: "every complete run stores some write",
-        expected: Expected::Holds,
+        expect: Expect::Holds,
+        condition: condition::write_stored,
     },
-    PropertySpec {
+    Declared {
         name: prop::WRITE_ACCEPTED,
         kind: Expectation::Sometimes,
-        meaning: "some write is stored",
-        expected: Expected::Holds,
+        meaning: meaning::WRITE_ACCEPTED,
+        expect: Expect::Holds,
+        condition: condition::write_stored,
     },
-    PropertySpec {
+    Declared {
         name: prop::LEASE_REGRANTED,
         kind: Expectation::Sometimes,
-        meaning: "the lease is granted a second time",
-        expected: Expected::Holds,
+        meaning: meaning::LEASE_REGRANTED,
+        expect: Expect::Holds,
+        condition: condition::regranted,
     },
-    PropertySpec {
+    Declared {
         name: prop::STALE_WRITE_REJECTED,
         kind: Expectation::Sometimes,
         meaning: "the storage refuses a stale write (never, without fencing)",
-        expected: Expected::Violated,
+        expect: Expect::Violated,
+        condition: condition::stale_write_rejected,
     },
 ];
 
@@ -102,7 +108,7 @@ catalog_entry! {
     TtlOnly: LeaseModel {
         name: NAME,
         summary: SUMMARY,
-        properties: PROPERTIES,
+        clients: 2..=6,
         mutants: MUTANTS,
         defaults: Params::sized(3, 2, 0),
         build: |p| TtlOnlyModelCfg {

@@ -361,3 +361,31 @@ fn a_closed_pipe_ends_the_output_quietly() {
     let out = child.wait_with_output().unwrap();
     assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
 }
+
+#[test]
+fn no_command_is_one_line_and_exit_2() {
+    let out = fencecheck(&[]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("no command given") && err.contains("check"),
+        "{err}"
+    );
+}
+
+#[test]
+fn sizes_a_model_is_not_declared_for_are_refused_naming_the_flag() {
+    let out = fencecheck(&["check", "redlock", "--clients", "3"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert_eq!(
+        err.trim(),
+        "error: --clients 3: model redlock is declared for 2 clients"
+    );
+    let out = fencecheck(&["check", "--clients", "1"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    // A size every model declares is checked, and every verdict matches at it.
+    let out = fencecheck(&["check", "token-reset", "durable-token", "--clients", "1"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+}

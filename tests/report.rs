@@ -26,7 +26,7 @@ fn runs(mutant: Option<Mutant>) -> Vec<ModelRun> {
         .map(|e| {
             let mut p = (e.defaults)();
             p.mutant = mutant.filter(|m| e.mutants.contains(m));
-            (e.check)(&p, &Options::default(), &mut |_| {})
+            (e.check)(&p, &Options::default(), &mut |_| {}).expect("accepted")
         })
         .collect()
 }
@@ -151,7 +151,8 @@ fn diagrams_are_drawn_from_the_real_counterexample() {
         &Params::default(),
         &Options::default(),
         &mut |_| {},
-    );
+    )
+    .expect("accepted");
     let p = run
         .properties
         .iter()

@@ -1,9 +1,10 @@
 //! The catalog of models `fencecheck` knows, with their default sizes and limits.
 
+use super::run::CheckError;
 use super::run::{check_model, ModelRun, Options, Progress};
 use crate::models::{
     check_before_write, fenced, idempotent_job, leader_election, redlock, token_reset, ttl_only,
-    CatalogModel, Mutant, Narrate, Params, PropertySpec, Symmetric,
+    CatalogModel, Declares, Mutant, Narrate, Params, PropertySpec, Symmetric,
 };
 
 /// The largest sizes `check` accepts: beyond them an exhaustive search does not finish on a
@@ -14,18 +15,67 @@ pub const MAX_WRITES: u8 = 4;
 /// See [`MAX_CLIENTS`].
 pub const MAX_RETRIES: u8 = 3;
 
-/// A size outside what the models accept.
+/// A size outside what the models accept. It names the parameter, not a command-line flag: the
+/// command line words its own message.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ParamsError {
-    /// `--clients` out of range.
-    #[error("--clients {0}: expected a number of clients from 1 to {MAX_CLIENTS}")]
+    /// Clients out of range.
+    #[error("clients = {0}: expected a number of clients from 1 to {MAX_CLIENTS}")]
     Clients(usize),
-    /// `--writes` out of range.
-    #[error("--writes {0}: expected a number of writes per client from 1 to {MAX_WRITES}")]
+    /// A number of clients the model is not declared for.
+    #[error(
+        "clients = {clients}: model {model} is declared for {} clients",
+        span(range)
+    )]
+    ClientsForModel {
+        /// The model.
+        model: &'static str,
+        /// Clients asked for.
+        clients: usize,
+        /// What the model accepts.
+        range: std::ops::RangeInclusive<usize>,
+    },
+    /// Writes out of range.
+    #[error("writes = {0}: expected a number of writes per client from 1 to {MAX_WRITES}")]
     Writes(u64),
-    /// `--retries` out of range.
-    #[error("--retries {0}: expected a number of retries per client from 0 to {MAX_RETRIES}")]
+    /// Retries out of range.
+    #[error("retries = {0}: expected a number of retries per client from 0 to {MAX_RETRIES}")]
     Retries(u64),
+}
+
+/// `2` or `2 to 6`.
+fn span(range: &std::ops::RangeInclusive<usize>) -> String {
+    if range.start() == range.end() {
+        range.start().to_string()
+    } else {
+        format!("{} to {}", range.start(), range.end())
+    }
+}
+
+impl ParamsError {
+    /// The value given.
+    pub fn value(&self) -> u64 {
+        match self {
+            ParamsError::Clients(n) | ParamsError::ClientsForModel { clients: n, .. } => *n as u64,
+            ParamsError::Writes(n) | ParamsError::Retries(n) => *n,
+        }
+    }
+
+    /// What was expected (the message after the parameter and its value).
+    pub fn expected(&self) -> String {
+        let text = self.to_string();
+        text.split_once(": ")
+            .map_or(text.clone(), |(_, rest)| rest.to_string())
+    }
+
+    /// The parameter at fault: `clients`, `writes` or `retries`.
+    pub fn parameter(&self) -> &'static str {
+        match self {
+            ParamsError::Clients(_) | ParamsError::ClientsForModel { .. } => "clients",
+            ParamsError::Writes(_) => "writes",
+            ParamsError::Retries(_) => "retries",
+        }
+    }
 }
 
 impl Params {
@@ -45,7 +95,7 @@ impl Params {
 }
 
 /// Checks one model at the given sizes, reporting progress as it goes.
-pub type CheckFn = fn(&Params, &Options, &mut dyn FnMut(&Progress)) -> ModelRun;
+pub type CheckFn = fn(&Params, &Options, &mut dyn FnMut(&Progress)) -> Result<ModelRun, CheckError>;
 
 /// A model in the catalog.
 pub struct ModelEntry {
@@ -53,8 +103,10 @@ pub struct ModelEntry {
     pub name: &'static str,
     /// One line for `fencecheck list`.
     pub summary: &'static str,
-    /// Each property with its declared expectation.
-    pub properties: &'static [PropertySpec],
+    /// Each property with its declared expectation at the given sizes.
+    pub properties: fn(&Params) -> Vec<PropertySpec>,
+    /// The numbers of clients the model is declared for.
+    pub clients: std::ops::RangeInclusive<usize>,
     /// The mutants (negative controls) this model can be built with.
     pub mutants: &'static [Mutant],
     /// The model's default sizes.
@@ -65,15 +117,39 @@ pub struct ModelEntry {
     pub explore: fn(&Params, std::net::SocketAddr),
 }
 
-fn check_with<C>(p: &Params, o: &Options, progress: &mut dyn FnMut(&Progress)) -> ModelRun
+fn check_with<C>(
+    p: &Params,
+    o: &Options,
+    progress: &mut dyn FnMut(&Progress),
+) -> Result<ModelRun, CheckError>
 where
     C: CatalogModel,
-    C::Model: Narrate + Symmetric + Clone + Send + Sync + 'static,
+    C::Model: Declares + Narrate + Symmetric + Clone + Send + Sync + 'static,
     <C::Model as stateright::Model>::State:
         Clone + Eq + std::hash::Hash + std::fmt::Debug + Send + Sync,
     <C::Model as stateright::Model>::Action: Clone + PartialEq + std::fmt::Debug + Send + Sync,
 {
-    check_model(C::NAME, p, C::build(p), C::PROPERTIES, o, progress)
+    if !C::CLIENTS.contains(&p.clients) {
+        return Err(CheckError::Params(ParamsError::ClientsForModel {
+            model: C::NAME,
+            clients: p.clients,
+            range: C::CLIENTS,
+        }));
+    }
+    check_model(C::NAME, p, C::build(p), o, progress)
+}
+
+fn properties_of<C>(p: &Params) -> Vec<PropertySpec>
+where
+    C: CatalogModel,
+    C::Model: Declares,
+{
+    let model = C::build(p);
+    model
+        .declarations()
+        .iter()
+        .map(|d| d.spec(&model))
+        .collect()
 }
 
 fn explore_with<C>(p: &Params, addr: std::net::SocketAddr)
@@ -93,7 +169,8 @@ macro_rules! entry {
         ModelEntry {
             name: <$c>::NAME,
             summary: <$c>::SUMMARY,
-            properties: <$c>::PROPERTIES,
+            properties: properties_of::<$c>,
+            clients: <$c>::CLIENTS,
             mutants: <$c>::MUTANTS,
             defaults: <$c>::defaults,
             check: check_with::<$c>,

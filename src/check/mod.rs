@@ -9,5 +9,5 @@ pub use crate::models::Params;
 pub use catalog::{
     catalog, find_model, CheckFn, ModelEntry, ParamsError, MAX_CLIENTS, MAX_RETRIES, MAX_WRITES,
 };
-pub use run::{check_model, ModelRun, Options, Progress, PropertyResult, Verdict};
+pub use run::{check_model, CheckError, ModelRun, Options, Progress, PropertyResult, Verdict};
 pub use shortest::{shortest_counterexample, shortest_counterexamples, Counterexample};

@@ -1,12 +1,65 @@
 //! One exhaustive check of one model, and its verdicts against the model's declarations.
 
+use super::catalog::ParamsError;
 use super::shortest::{shortest_counterexamples, Counterexample};
-use crate::models::{Expected, Narrate, PropertySpec, Symmetric};
+use crate::models::{Declares, Expected, Narrate, PropertySpec, Symmetric};
 use serde::Serialize;
 use stateright::{Checker, Expectation, HasDiscoveries};
 use std::collections::BTreeSet;
 use std::hash::Hash;
 use std::time::{Duration, Instant};
+
+/// Why a model could not be checked.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CheckError {
+    /// The sizes are outside what the model accepts.
+    #[error(transparent)]
+    Params(#[from] ParamsError),
+    /// The model's Stateright properties and its declarations disagree: a property without a
+    /// declaration, or a declaration without a property (a misspelt name, a different kind). Its
+    /// verdicts could pass vacuously, so the model is refused.
+    #[error("model {model}: {problem}")]
+    Undeclared {
+        /// The model.
+        model: &'static str,
+        /// What disagrees.
+        problem: String,
+    },
+}
+
+/// Checks that `model`'s properties are exactly its declarations (same names, same kinds, once
+/// each).
+pub fn check_declarations<M: Declares>(name: &'static str, model: &M) -> Result<(), CheckError> {
+    let refuse = |problem: String| {
+        Err(CheckError::Undeclared {
+            model: name,
+            problem,
+        })
+    };
+    let properties = model.properties();
+    let declared = model.declarations();
+    for p in &properties {
+        match declared.iter().find(|d| d.name == p.name) {
+            None => return refuse(format!("property {:?} has no declaration", p.name)),
+            Some(d) if d.kind != p.expectation => {
+                return refuse(format!(
+                    "property {:?} is {:?} but declared {:?}",
+                    p.name, p.expectation, d.kind
+                ))
+            }
+            Some(_) => {}
+        }
+    }
+    for (i, d) in declared.iter().enumerate() {
+        if !properties.iter().any(|p| p.name == d.name) {
+            return refuse(format!("declared property {:?} has no condition", d.name));
+        }
+        if declared[..i].iter().any(|e| e.name == d.name) {
+            return refuse(format!("property {:?} is declared twice", d.name));
+        }
+    }
+    Ok(())
+}
 
 /// How to search.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -83,6 +136,8 @@ pub struct PropertyResult {
     pub meaning: &'static str,
     /// What the model declares.
     pub expected: Expected,
+    /// When the expectation depends on the size or variant: the rule, in words.
+    pub rule: Option<&'static str>,
     /// What the checker found.
     pub verdict: Verdict,
     /// For a violated `always`/`eventually` property: a minimal counterexample.
@@ -135,7 +190,8 @@ fn kind_name(kind: &Expectation) -> &'static str {
     }
 }
 
-/// Checks `model` exhaustively and compares every property in `specs` with its declaration.
+/// Checks `model` exhaustively and compares every property with its declaration. A model whose
+/// properties and declarations disagree is refused ([`CheckError::Undeclared`]).
 ///
 /// The verdicts come from Stateright's depth-first search (with symmetry reduction when
 /// `options.symmetry`); each violation's counterexample comes from a separate breadth-first
@@ -144,15 +200,20 @@ pub fn check_model<M>(
     name: &'static str,
     params: &crate::models::Params,
     model: M,
-    specs: &'static [PropertySpec],
     options: &Options,
     progress: &mut dyn FnMut(&Progress),
-) -> ModelRun
+) -> Result<ModelRun, CheckError>
 where
-    M: Narrate + Symmetric + Clone + Send + Sync + 'static,
+    M: Declares + Narrate + Symmetric + Clone + Send + Sync + 'static,
     M::State: Clone + Eq + Hash + std::fmt::Debug + Send + Sync,
     M::Action: Clone + PartialEq + std::fmt::Debug + Send + Sync,
 {
+    check_declarations(name, &model)?;
+    let specs: Vec<PropertySpec> = model
+        .declarations()
+        .iter()
+        .map(|d| d.spec(&model))
+        .collect();
     let started = Instant::now();
     // Never finish early: every property is decided over the whole space.
     let mut builder = model
@@ -165,7 +226,9 @@ where
         builder = builder.symmetry_fn(M::representative);
     }
     if let Some(max) = options.max_states {
-        builder = builder.target_state_count(max);
+        // One past the bound: a search that generates exactly `max` states and then runs out of
+        // states is complete; only one that needs more is cut short.
+        builder = builder.target_state_count(max.saturating_add(1));
     }
     let checker = builder.spawn_dfs();
     // Poll finely at first so that small models report their real time; back off to 100 ms.
@@ -184,7 +247,7 @@ where
     let checker = checker.join();
     let seconds = started.elapsed().as_secs_f64();
     let generated = checker.state_count();
-    let complete = options.max_states.is_none_or(|max| generated < max);
+    let complete = options.max_states.is_none_or(|max| generated <= max);
 
     let cx_started = Instant::now();
     let violated: Vec<&'static str> = specs
@@ -216,6 +279,7 @@ where
                 _ => (None, false),
             };
             PropertyResult {
+                rule: spec.rule,
                 property: spec.name,
                 kind: kind_name(&spec.kind),
                 meaning: spec.meaning,
@@ -226,7 +290,7 @@ where
             }
         })
         .collect();
-    ModelRun {
+    Ok(ModelRun {
         model: name,
         params: params.clone(),
         states: checker.unique_state_count(),
@@ -237,7 +301,7 @@ where
         complete,
         symmetry,
         properties,
-    }
+    })
 }
 
 fn narrate_path<M: Narrate>(

@@ -1,26 +1,37 @@
 //! `fencecheck check`, `list` and `explore`: parsing their inputs and printing results.
 
 use super::{model_names, CheckArgs, ExploreArgs, SizeArgs, UsageError};
-use fencecheck::check::{catalog, find_model, ModelEntry, ModelRun, Options, Params, Progress};
+use fencecheck::check::{
+    catalog, find_model, CheckError, ModelEntry, ModelRun, Options, Params, ParamsError, Progress,
+};
 use fencecheck::models::{Expected, Mutant};
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 use std::time::Duration;
 
 /// The sizes for `entry`: its defaults, overridden by what the command line gives.
+/// A size the checker refused, worded with the command-line flag.
+fn flag_error(e: ParamsError) -> UsageError {
+    UsageError(format!(
+        "--{} {}: {}",
+        e.parameter(),
+        e.value(),
+        e.expected()
+    ))
+}
+
 fn params(size: &SizeArgs, entry: &ModelEntry) -> Result<Params, UsageError> {
-    use fencecheck::check::ParamsError;
     let mut params = (entry.defaults)();
     if let Some(clients) = size.clients {
         params.clients = clients;
     }
     if let Some(writes) = size.writes {
-        params.writes = u8::try_from(writes)
-            .map_err(|_| UsageError(ParamsError::Writes(writes).to_string()))?;
+        params.writes =
+            u8::try_from(writes).map_err(|_| flag_error(ParamsError::Writes(writes)))?;
     }
     if let Some(retries) = size.retries {
-        params.retries = u8::try_from(retries)
-            .map_err(|_| UsageError(ParamsError::Retries(retries).to_string()))?;
+        params.retries =
+            u8::try_from(retries).map_err(|_| flag_error(ParamsError::Retries(retries)))?;
     }
     params.mutant = mutant(size)?;
     if let Some(m) = params.mutant {
@@ -33,7 +44,14 @@ fn params(size: &SizeArgs, entry: &ModelEntry) -> Result<Params, UsageError> {
             )));
         }
     }
-    params.validate().map_err(|e| UsageError(e.to_string()))?;
+    params.validate().map_err(flag_error)?;
+    if !entry.clients.contains(&params.clients) {
+        return Err(flag_error(ParamsError::ClientsForModel {
+            model: entry.name,
+            clients: params.clients,
+            range: entry.clients.clone(),
+        }));
+    }
     Ok(params)
 }
 
@@ -92,8 +110,9 @@ fn parse_override(text: &str) -> Result<Override, UsageError> {
         _ => return Err(bad()),
     };
     let entry = model(model_name)?;
-    if !entry.properties.iter().any(|p| p.name == property) {
-        let names: Vec<_> = entry.properties.iter().map(|p| p.name).collect();
+    let declared = (entry.properties)(&(entry.defaults)());
+    if !declared.iter().any(|p| p.name == property) {
+        let names: Vec<_> = declared.iter().map(|p| p.name).collect();
         return Err(UsageError(format!(
             "--expect '{text}': model {model_name} has no property '{property}'; its properties: {}",
             names.join(", ")
@@ -147,7 +166,13 @@ pub(super) fn run(args: CheckArgs) -> Result<ExitCode, UsageError> {
         ..Options::default()
     };
 
-    let mut runs = run_models(&sized, &options);
+    let mut runs = match run_models(&sized, &options) {
+        Ok(runs) => runs,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Ok(ExitCode::from(1));
+        }
+    };
     for run in &mut runs {
         for o in overrides.iter().filter(|o| o.model == run.model) {
             if let Some(p) = run.properties.iter_mut().find(|p| p.property == o.property) {
@@ -179,8 +204,11 @@ pub(super) fn run(args: CheckArgs) -> Result<ExitCode, UsageError> {
     )
 }
 
-/// Checks each model in turn with a progress line.
-pub(super) fn run_models(entries: &[(&ModelEntry, Params)], options: &Options) -> Vec<ModelRun> {
+/// Checks each model in turn with a progress line; stops at a model the checker refuses.
+pub(super) fn run_models(
+    entries: &[(&ModelEntry, Params)],
+    options: &Options,
+) -> Result<Vec<ModelRun>, CheckError> {
     entries
         .iter()
         .map(|(entry, params)| {
@@ -411,20 +439,25 @@ pub(super) fn list() {
         println!("{}  --  {}", entry.name, entry.summary);
         let mutants: Vec<_> = entry.mutants.iter().map(|m| m.name()).collect();
         println!(
-            "    default size: {}; mutants: {}",
+            "    default size: {} (declared for {} to {} clients); mutants: {}",
             sizes(&(entry.defaults)()),
+            entry.clients.start(),
+            entry.clients.end(),
             if mutants.is_empty() {
                 "none".to_string()
             } else {
                 mutants.join(", ")
             }
         );
-        for p in entry.properties {
+        for p in (entry.properties)(&(entry.defaults)()) {
             let kind = format!("{:?}", p.kind).to_lowercase();
             println!(
                 "    {:<24} {:<10} expected {:<8}  {}",
                 p.name, kind, p.expected, p.meaning
             );
+            if let Some(rule) = p.rule {
+                println!("    {:<24} {:<10} ({rule})", "", "");
+            }
         }
         println!();
     }

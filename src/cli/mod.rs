@@ -129,16 +129,23 @@ pub fn main() -> ExitCode {
             use clap::error::ErrorKind;
             if matches!(
                 err.kind(),
-                ErrorKind::DisplayHelp
-                    | ErrorKind::DisplayVersion
-                    | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+                ErrorKind::DisplayHelp | ErrorKind::DisplayVersion
             ) {
                 let _ = err.print();
-                return if err.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
-                    ExitCode::from(2)
-                } else {
-                    ExitCode::SUCCESS
-                };
+                return ExitCode::SUCCESS;
+            }
+            if err.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+                use clap::CommandFactory;
+                let commands: Vec<String> = Cli::command()
+                    .get_subcommands()
+                    .filter(|c| !c.is_hide_set())
+                    .map(|c| c.get_name().to_string())
+                    .collect();
+                eprintln!(
+                    "error: no command given; expected one of: {} (see `fencecheck --help`)",
+                    commands.join(", ")
+                );
+                return ExitCode::from(2);
             }
             // One line: clap's own message without the usage block that follows it.
             let rendered = err.render().to_string();

@@ -61,7 +61,13 @@ pub(super) fn run(args: ReportArgs) -> Result<ExitCode, UsageError> {
     })?;
     let meta = Meta::collect();
     let entries: Vec<_> = catalog().iter().map(|e| (e, (e.defaults)())).collect();
-    let runs = run_models(&entries, &Options::default());
+    let runs = match run_models(&entries, &Options::default()) {
+        Ok(runs) => runs,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Ok(ExitCode::from(1));
+        }
+    };
 
     let bench = match report::collect_benchmarks(&args.criterion) {
         Ok(results) => Some(results),
