@@ -19,7 +19,7 @@
 //! properties need.
 
 use super::{Declared, Declares, Mutant, Narrate, Step, Symmetric};
-use crate::protocol::{Acquire, Fence, FencePolicy, LeaseOrder, LeaseTable, Token};
+use crate::protocol::{Acquire, Fence, FencePolicy, LeaseOrder, LeaseTable, Token, TokenOrder};
 use stateright::actor::{model_timeout, Actor, ActorModel, ActorModelAction, Id, Network, Out};
 use stateright::{Rewrite, RewritePlan};
 use std::borrow::Cow;
@@ -162,10 +162,8 @@ pub enum NodeState {
 /// What the model remembers beyond the actors' states (ghost history, read only by properties).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Ghost {
-    /// The token of the latest grant.
-    pub last_grant: Option<Token>,
-    /// Some grant carried a token not larger than an earlier grant's.
-    pub token_not_increasing: bool,
+    /// `tokens_increase` over the grants (the library's checker).
+    pub tokens: TokenOrder<Token>,
     /// `storage_in_lease_order` over the accepted writes (the library's history checker).
     pub lease_order: LeaseOrder<Epoch>,
 }
@@ -433,12 +431,7 @@ fn record_out(
     let mut next = ghost.clone();
     match env.msg {
         Msg::Grant { token, .. } => {
-            if let Some(last) = ghost.last_grant {
-                if *token <= last {
-                    next.token_not_increasing = true;
-                }
-            }
-            next.last_grant = Some(*token);
+            next.tokens.grant(*token);
         }
         Msg::Accepted { epoch, .. } => {
             next.lease_order.accept(*epoch);
@@ -497,7 +490,7 @@ pub mod condition {
 
     /// `tokens_increase`.
     pub fn tokens_increase(_: &LeaseModel, s: &LeaseState) -> bool {
-        !s.history.token_not_increasing
+        s.history.tokens.holds()
     }
 }
 

@@ -11,7 +11,7 @@
 use super::{
     declared_properties, Declared, Declares, Expect, Expected, Narrate, Params, Step, Symmetric,
 };
-use crate::protocol::{Acquire, LeaseOrder, LeaseTable, Token};
+use crate::protocol::{Acquire, LeaseOrder, LeaseTable, Token, TokenOrder};
 use stateright::{Expectation, Model, Property};
 
 /// A lease lasts this many ticks.
@@ -74,12 +74,10 @@ pub struct RedlockState {
     pub clients: Vec<Client>,
     /// Writes in flight: (epoch, client), sorted.
     pub in_flight: Vec<(u8, u8)>,
-    /// Ghost: holders so far, the last token, whether a token failed to increase.
+    /// Ghost: holders so far.
     pub holders: u8,
-    /// Ghost: see `holders`.
-    pub last_token: Option<Token>,
-    /// Ghost: see `holders`.
-    pub token_not_increasing: bool,
+    /// Ghost: `tokens_increase` over the holders' tokens (the library's checker).
+    pub tokens: TokenOrder<Token>,
     /// Ghost: `storage_in_lease_order` over the stored writes' epochs (the library's checker).
     pub lease_order: LeaseOrder<u8>,
 }
@@ -130,8 +128,7 @@ impl Model for RedlockModel {
             ],
             in_flight: Vec::new(),
             holders: 0,
-            last_token: None,
-            token_not_increasing: false,
+            tokens: TokenOrder::new(),
             lease_order: LeaseOrder::new(),
         }]
     }
@@ -191,10 +188,7 @@ impl Model for RedlockModel {
                     let token = valid.iter().map(|(t, _)| *t).max()?;
                     let valid_until = valid.iter().map(|(_, at)| at + TTL).min()?;
                     next.holders += 1;
-                    if s.last_token.is_some_and(|last| token <= last) {
-                        next.token_not_increasing = true;
-                    }
-                    next.last_token = Some(token);
+                    next.tokens.grant(token);
                     next.in_flight.push((next.holders, i));
                     next.in_flight.sort();
                     Client::Holding {
@@ -335,7 +329,7 @@ const DECLARED: &[Declared<RedlockModel>] = &[
         kind: Expectation::Always,
         meaning: "the largest per-node counter of each new holder is larger than the last",
         expect: Expect::Violated,
-        condition: |_: &RedlockModel, s: &RedlockState| !s.token_not_increasing,
+        condition: |_: &RedlockModel, s: &RedlockState| s.tokens.holds(),
     },
     Declared {
         name: "majority_held",

@@ -16,7 +16,7 @@ use super::{
     declared_properties, meaning, Declared, Declares, Expect, Expected, Narrate, Params, Step,
     Symmetric,
 };
-use crate::protocol::{Acquire, Fence, LeaseOrder, LeaseTable, Token};
+use crate::protocol::{Acquire, Fence, LeaseOrder, LeaseTable, Token, TokenOrder};
 use stateright::{Expectation, Model, Property};
 
 /// The model.
@@ -55,10 +55,8 @@ pub struct ResetState {
     pub fence: Fence,
     /// Each client.
     pub clients: Vec<Client>,
-    /// Ghost: the last token granted.
-    pub last_grant: Option<Token>,
-    /// Ghost: a grant was not larger than an earlier one.
-    pub went_backwards: bool,
+    /// Ghost: `tokens_increase` over the grants (the library's checker).
+    pub tokens: TokenOrder<Token>,
     /// Ghost: grants so far (each grant's epoch is its position in this count).
     pub grants: u8,
     /// Ghost: `storage_in_lease_order` over the stored writes' epochs (the library's checker).
@@ -89,8 +87,7 @@ impl Model for TokenResetModel {
                 };
                 self.clients
             ],
-            last_grant: None,
-            went_backwards: false,
+            tokens: TokenOrder::new(),
             grants: 0,
             lease_order: LeaseOrder::new(),
         }]
@@ -114,10 +111,7 @@ impl Model for TokenResetModel {
                 let Acquire::Granted(lease) = next.table.acquire(i, 0, 1).ok()? else {
                     return None;
                 };
-                if s.last_grant.is_some_and(|last| lease.token <= last) {
-                    next.went_backwards = true;
-                }
-                next.last_grant = Some(lease.token);
+                next.tokens.grant(lease.token);
                 next.grants += 1;
                 let epoch = next.grants;
                 let Client::Waiting { retries } = s.clients[i as usize] else {
@@ -156,7 +150,7 @@ impl Narrate for TokenResetModel {
         match action {
             ResetAction::RunJob(i) => {
                 let who = format!("client-{i}");
-                let token = after.last_grant.map_or(0, |t| t.get());
+                let token = after.tokens.last().map_or(0, |t| t.get());
                 let verdict = match after.clients[*i as usize] {
                     Client::Stored => "stored".to_string(),
                     _ => format!(
@@ -209,7 +203,7 @@ const DECLARED: &[Declared<TokenResetModel>] = &[
                 }
             },
         },
-        condition: |_: &TokenResetModel, s: &ResetState| !s.went_backwards,
+        condition: |_: &TokenResetModel, s: &ResetState| s.tokens.holds(),
     },
     Declared {
         name: "storage_in_lease_order",

@@ -5,7 +5,9 @@
 //! (accept-all) storage must fail.
 
 use fencecheck::local::{FencedStore, LeaseLock, ManualClock};
-use fencecheck::protocol::{Acquire, Fence, FencePolicy, LeaseError, LeaseTable, Token};
+use fencecheck::protocol::{
+    Acquire, Fence, FencePolicy, LeaseError, LeaseTable, Token, TokenOrder,
+};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use std::collections::HashMap;
@@ -230,7 +232,7 @@ fn run(ops: &[Op], policy: FencePolicy) -> Result<(), TestCaseError> {
     };
     // Each owner's last granted token and that lease's deadline as the owner knows it.
     let mut held: HashMap<u8, (u64, u64)> = HashMap::new();
-    let mut last_grant = 0;
+    let mut tokens = TokenOrder::new();
     let mut max_written = 0;
     let mut now = 0;
 
@@ -263,8 +265,8 @@ fn run(ops: &[Op], policy: FencePolicy) -> Result<(), TestCaseError> {
         match (&got, owner) {
             (Answer::Granted { token, expires_at }, Some(w)) => {
                 // (b) tokens strictly increase in grant order.
-                prop_assert!(*token > last_grant, "(b) token {token} after {last_grant}");
-                last_grant = *token;
+                let last = tokens.last();
+                prop_assert!(tokens.grant(*token), "(b) token {token} after {last:?}");
                 held.insert(w, (*token, *expires_at));
             }
             (Answer::Extended { expires_at }, Some(w)) => {

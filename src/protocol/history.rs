@@ -63,6 +63,64 @@ impl<E: Ord + Copy> LeaseOrder<E> {
     }
 }
 
+/// Incremental check of `tokens_increase`: every grant carries a token larger than every earlier
+/// grant's. The models keep one in their ghost state; recorded runs and the backend tests feed it
+/// the tokens their clients were granted, in grant order.
+///
+/// ```
+/// use fencecheck::protocol::TokenOrder;
+///
+/// let mut tokens = TokenOrder::new();
+/// assert!(tokens.grant(1u64));
+/// assert!(tokens.grant(5));
+/// assert!(!tokens.grant(1)); // the counter was lost: a token went backwards
+/// assert!(!tokens.holds());
+/// assert_eq!(tokens.last(), Some(1));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TokenOrder<T> {
+    last: Option<T>,
+    violated: bool,
+}
+
+impl<T> Default for TokenOrder<T> {
+    fn default() -> Self {
+        TokenOrder {
+            last: None,
+            violated: false,
+        }
+    }
+}
+
+impl<T: Ord + Copy> TokenOrder<T> {
+    /// No grant yet.
+    pub const fn new() -> Self {
+        TokenOrder {
+            last: None,
+            violated: false,
+        }
+    }
+
+    /// A lease was granted with `token`. Returns `false` when the token is not larger than the
+    /// previous grant's.
+    pub fn grant(&mut self, token: T) -> bool {
+        let increasing = self.last.is_none_or(|last| token > last);
+        self.violated |= !increasing;
+        self.last = Some(token);
+        increasing
+    }
+
+    /// The latest grant's token.
+    pub fn last(&self) -> Option<T> {
+        self.last
+    }
+
+    /// Every grant so far carried a larger token than the one before.
+    pub fn holds(&self) -> bool {
+        !self.violated
+    }
+}
+
 /// One event of a recorded run.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
@@ -272,6 +330,19 @@ impl fmt::Display for History {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn token_order_refuses_equal_and_smaller_tokens_and_stays_broken() {
+        let mut tokens = TokenOrder::<u64>::default();
+        assert!(tokens.holds() && tokens.last().is_none());
+        assert!(tokens.grant(3));
+        assert!(!tokens.grant(3), "a repeated token is not an increase");
+        assert!(!tokens.holds());
+        assert!(!tokens.grant(2), "a second regression");
+        assert!(tokens.grant(4));
+        assert!(!tokens.holds(), "a violation is never forgotten");
+        assert_eq!(tokens.last(), Some(4));
+    }
 
     #[test]
     fn in_order_history_holds_and_rejections_do_not_count() {

@@ -18,7 +18,7 @@ mod token;
 pub use fence::{Fence, FencePolicy, StaleWrite};
 pub use history::{
     one_leader_per_term, storage_in_lease_order, Event, History, HistoryError, LeaseOrder,
-    TermReused,
+    TermReused, TokenOrder,
 };
 pub use lease::{Acquire, Lease, LeaseError, LeaseTable};
 pub use register::{Campaign, TermRegister};
