@@ -7,8 +7,8 @@
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use fencecheck::backend::etcd_rpc::{Compare, Members, RequestOp, TxnRequest};
-use fencecheck::backend::servers::EtcdCluster;
 use fencecheck::backend::{Acquired, EtcdLock, LockService};
+use fencecheck_testkit::EtcdCluster;
 use std::time::Duration;
 
 fn bench_cluster(c: &mut Criterion, members: usize) {

@@ -8,9 +8,9 @@
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use fencecheck::backend::redis_scripts::{ACQUIRE, RELEASE};
-use fencecheck::backend::servers::{PgServer, RedisServer};
 use fencecheck::backend::{Acquired, FencedStorage, LockService, PgFencedStore, RedisLock};
 use fencecheck::protocol::Token;
+use fencecheck_testkit::{PgServer, RedisServer};
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;

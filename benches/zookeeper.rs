@@ -7,8 +7,8 @@
 //! the floor is the create and the delete alone.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use fencecheck::backend::servers::ZkCluster;
 use fencecheck::backend::{Acquired, LockService, ZkLock};
+use fencecheck_testkit::ZkCluster;
 use std::time::Duration;
 use zookeeper_client::{Acls, Client, CreateMode};
 

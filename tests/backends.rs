@@ -10,12 +10,12 @@ use common::contract::{
     stale, storage_contract,
 };
 
-use fencecheck::backend::servers::{started_or_skip, PgServer, RedisServer};
 use fencecheck::backend::{
     hold, Acquired, BackendError, FencedStorage, Grant, KeepaliveOptions, LocalFencedMap,
     LocalLock, LockService, LostReason, PgFencedStore, RedisFencedStore, RedisLock, RedisOptions,
 };
 use fencecheck::protocol::{one_leader_per_term, FencePolicy, Token};
+use fencecheck_testkit::{started_or_skip, PgServer, RedisServer};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -163,7 +163,7 @@ async fn bad_input_is_a_clear_error_not_a_hang() {
     assert!(e.contains("longer than the 24 h maximum"), "{e}");
 
     // Nothing listens on the port: the error comes quickly and names the address.
-    let port = fencecheck::backend::servers::free_port().unwrap();
+    let port = fencecheck_testkit::free_port().unwrap();
     let lock = RedisLock::connect(&format!("redis://127.0.0.1:{port}"), "x", ttl).unwrap();
     let t0 = Instant::now();
     let e = lock.try_acquire("a").await.unwrap_err();
@@ -210,11 +210,11 @@ async fn a_stopped_redis_server_times_out_within_the_bound() {
     let lock = RedisLock::connect_with(&redis.url(), "t", Duration::from_secs(5), options).unwrap();
     granted(lock.try_acquire("a").await.unwrap());
     let pid = redis.pid().unwrap();
-    fencecheck::backend::servers::signal(pid, libc::SIGSTOP).unwrap();
+    fencecheck_testkit::signal(pid, libc::SIGSTOP).unwrap();
     let t0 = Instant::now();
     let e = lock.try_acquire("b").await.unwrap_err();
     let took = t0.elapsed();
-    fencecheck::backend::servers::signal(pid, libc::SIGCONT).unwrap();
+    fencecheck_testkit::signal(pid, libc::SIGCONT).unwrap();
     assert!(took < Duration::from_secs(2), "took {took:?}");
     assert!(e.to_string().contains("redis"), "{e}");
 }
@@ -336,11 +336,11 @@ async fn keepalive_renews_and_signals_loss() {
     let mut held = hold(Arc::clone(&lock), grant, KeepaliveOptions::default());
     tokio::time::sleep(Duration::from_millis(150)).await;
     let pid = redis.pid().unwrap();
-    fencecheck::backend::servers::signal(pid, libc::SIGSTOP).unwrap();
+    fencecheck_testkit::signal(pid, libc::SIGSTOP).unwrap();
     let deadline = held.deadline();
     let reason = tokio::time::timeout(ttl * 2, held.lost()).await;
     let at = Instant::now();
-    fencecheck::backend::servers::signal(pid, libc::SIGCONT).unwrap();
+    fencecheck_testkit::signal(pid, libc::SIGCONT).unwrap();
     let reason = reason.expect("no loss signal while the server was stopped");
     assert!(
         matches!(reason, LostReason::DeadlinePassed { .. }),

@@ -3,12 +3,12 @@
 //! `PgFencedStore` on real servers must give the same answers, call by call.
 #![cfg(feature = "backends")]
 
-use fencecheck::backend::servers::{started_or_skip, PgServer, RedisServer};
 use fencecheck::backend::{
     Acquired, FencedStorage, LockService, PgFencedStore, RedisFencedStore, RedisLock, RedisOptions,
     WriteOutcome,
 };
 use fencecheck::protocol::{Acquire, Fence, FencePolicy, LeaseTable, Token};
+use fencecheck_testkit::{started_or_skip, PgServer, RedisServer};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use std::collections::HashMap;

@@ -8,11 +8,11 @@ mod common;
 use common::contract::{
     election_contract, every_round_served_in_order, lock_contract, lost_signal_contract,
 };
-use fencecheck::backend::servers::{signal, started_or_skip, EtcdCluster};
 use fencecheck::backend::{
     Acquired, BackendError, EtcdLock, EtcdOptions, FencedStorage, LocalFencedMap, LockService,
 };
 use fencecheck::protocol::{one_leader_per_term, FencePolicy, History, Token};
+use fencecheck_testkit::{signal, started_or_skip, EtcdCluster};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
@@ -131,7 +131,7 @@ async fn bad_input_and_unreachable_clusters_are_clear_errors() {
         .map(|_| {
             format!(
                 "http://127.0.0.1:{}",
-                fencecheck::backend::servers::free_port().unwrap()
+                fencecheck_testkit::free_port().unwrap()
             )
         })
         .collect();

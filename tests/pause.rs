@@ -1,14 +1,14 @@
-//! The seed's story with real processes and a real pause: worker processes (`fencecheck worker`)
+//! The seed's story with real processes and a real pause: worker processes (`examples/pause_worker.rs`)
 //! take a lease (Redis, etcd, ZooKeeper) and write to PostgreSQL; the test SIGSTOPs the holder past its TTL, a second
 //! worker takes the lease and writes, the first is SIGCONTed and writes. Each trial's history is
 //! checked with the library's `storage_in_lease_order`.
 #![cfg(feature = "backends")]
 
-use fencecheck::backend::servers::{
-    signal, started_or_skip, EtcdCluster, PgServer, RedisServer, ZkCluster,
-};
+mod common;
+
 use fencecheck::backend::PgFencedStore;
 use fencecheck::protocol::{storage_in_lease_order, FencePolicy, History};
+use fencecheck_testkit::{signal, started_or_skip, EtcdCluster, PgServer, RedisServer, ZkCluster};
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::Duration;
@@ -29,15 +29,14 @@ impl Worker {
         key: &str,
         unfenced: bool,
     ) -> Worker {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_fencecheck"));
-        cmd.arg("worker")
-            .args(backend)
+        let mut cmd = Command::new(common::example_bin("pause_worker"));
+        cmd.args(backend)
             .args(["--pg-url", &pg.url()])
             .args([
                 "--name",
                 lock,
-                "--ttl",
-                &format!("{ttl_ms}ms"),
+                "--ttl-ms",
+                &ttl_ms.to_string(),
                 "--owner",
                 owner,
             ])
@@ -47,7 +46,7 @@ impl Worker {
         if unfenced {
             cmd.args(["--unfenced", "--table", "unfenced"]);
         }
-        let mut child = cmd.spawn().expect("start fencecheck worker");
+        let mut child = cmd.spawn().expect("start the pause worker");
         let stdin = child.stdin.take().unwrap();
         let stdout = BufReader::new(child.stdout.take().unwrap());
         Worker {

@@ -2,7 +2,7 @@
 //! PostgreSQL) started by the test.
 #![cfg(feature = "backends")]
 
-use fencecheck::backend::servers::{started_or_skip, PgServer, RedisServer, TempDir};
+use fencecheck_testkit::{started_or_skip, PgServer, RedisServer, TempDir};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -331,7 +331,7 @@ fn bad_input_is_rejected_with_a_reason() {
         );
     }
     // Nothing listens: a clear error, within the timeout, exit 69.
-    let port = fencecheck::backend::servers::free_port().unwrap();
+    let port = fencecheck_testkit::free_port().unwrap();
     let url = format!("redis://127.0.0.1:{port}");
     let t0 = Instant::now();
     let out = fencecheck(&[

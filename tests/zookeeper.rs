@@ -9,11 +9,11 @@ use common::contract::{
     blind_campaign_is_caught, election_contract, every_round_served_in_order, lock_contract,
     lost_signal_contract,
 };
-use fencecheck::backend::servers::{signal, started_or_skip, ServerError, TempDir, ZkCluster};
 use fencecheck::backend::{
     Acquired, FencedStorage, LocalFencedMap, LockService, ZkElection, ZkLock, ZkOptions,
 };
 use fencecheck::protocol::{one_leader_per_term, FencePolicy, History, Token};
+use fencecheck_testkit::{signal, started_or_skip, ServerError, TempDir, ZkCluster};
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
 use std::sync::{mpsc, Arc};
@@ -80,12 +80,7 @@ async fn bad_input_and_unreachable_ensembles_are_clear_errors() {
 
     // Every server down: an error naming the ensemble within the bound, not a hang.
     let connect = (0..3)
-        .map(|_| {
-            format!(
-                "127.0.0.1:{}",
-                fencecheck::backend::servers::free_port().unwrap()
-            )
-        })
+        .map(|_| format!("127.0.0.1:{}", fencecheck_testkit::free_port().unwrap()))
         .collect::<Vec<_>>()
         .join(",");
     let options = ZkOptions {

@@ -4,24 +4,25 @@
 //!   [`ZkLock`], and the in-process [`LeaseLock`](crate::local::LeaseLock) through [`LocalLock`].
 //! - [`FencedStorage`]: storage that rejects a write whose token is older than one it has seen —
 //!   [`PgFencedStore`], [`RedisFencedStore`], and the in-process [`LocalFencedMap`].
+//! - [`connect`]: any of the lock services from where it lives ([`LockSpec`]), as one
+//!   [`AnyLock`].
 //! - [`LeaderElection`]: leader election on any [`LockService`]; the term is the leader's token.
 //! - [`hold`]: keeps a granted lease alive in the background and signals when it is lost, using a
 //!   deadline counted from when the acquire request was *sent*.
-//! - [`servers`]: throwaway Redis, PostgreSQL, etcd and ZooKeeper servers for tests, demos and
-//!   benchmarks.
 //!
 //! Backends are async (tokio). Every call that reaches a server is bounded by a timeout, so an
 //! unreachable server is an error within that bound, never a hang.
 
+mod connect;
 mod election;
 mod etcd;
 mod keepalive;
 mod local;
 mod postgres;
 mod redis;
-pub mod servers;
 mod zookeeper;
 
+pub use self::connect::{connect, parse_endpoints, AnyLock, LockSpec};
 pub use self::election::{LeaderElection, Leadership};
 pub use self::etcd::rpc as etcd_rpc;
 pub use self::etcd::{EtcdLock, EtcdOptions};

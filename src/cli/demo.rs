@@ -3,12 +3,12 @@
 
 use super::UsageError;
 use clap::{Args, ValueEnum};
-use fencecheck::backend::servers::{EtcdCluster, PgServer, RedisServer, ZkCluster};
 use fencecheck::backend::{
-    Acquired, EtcdLock, FencedStorage, LocalFencedMap, LocalLock, LockService, PgFencedStore,
-    RedisFencedStore, RedisLock, RedisOptions, WriteOutcome, ZkLock,
+    connect, Acquired, FencedStorage, LocalFencedMap, LocalLock, LockService, LockSpec,
+    PgFencedStore, RedisFencedStore, RedisOptions, WriteOutcome,
 };
 use fencecheck::protocol::FencePolicy;
+use fencecheck_testkit::{EtcdCluster, PgServer, RedisServer, ZkCluster};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -153,32 +153,22 @@ pub(super) fn run(args: DemoArgs) -> Result<ExitCode, UsageError> {
         .build()
         .expect("a tokio runtime starts");
     let result = rt.block_on(async {
-        let opts = RedisOptions::default();
         let bad = |e: fencecheck::backend::BackendError| UsageError(e.to_string());
-        match args.backend {
+        let spec = match args.backend {
             DemoBackend::Local => {
                 let lock = LocalLock::new(ttl).map_err(bad)?;
-                with_store(&lock, store, policy, redis_url, pg_url, &args).await
+                return with_store(&lock, store, policy, redis_url, pg_url, &args).await;
             }
-            DemoBackend::Redis => {
-                let url = redis_url.clone().expect("set above");
-                let lock =
-                    RedisLock::connect_with(&url, "fencecheck-demo", ttl, opts).map_err(bad)?;
-                with_store(&lock, store, policy, redis_url, pg_url, &args).await
-            }
-            DemoBackend::Etcd => {
-                let lock = EtcdLock::connect(&endpoints, "fencecheck-demo", ttl)
-                    .await
-                    .map_err(bad)?;
-                with_store(&lock, store, policy, redis_url, pg_url, &args).await
-            }
-            DemoBackend::Zookeeper => {
-                let lock = ZkLock::connect(&zk, "fencecheck-demo", ttl)
-                    .await
-                    .map_err(bad)?;
-                with_store(&lock, store, policy, redis_url, pg_url, &args).await
-            }
-        }
+            DemoBackend::Redis => LockSpec::Redis {
+                url: redis_url.clone().expect("set above"),
+            },
+            DemoBackend::Etcd => LockSpec::Etcd { endpoints },
+            DemoBackend::Zookeeper => LockSpec::Zookeeper { connect: zk },
+        };
+        let lock = connect(&spec, "fencecheck-demo", ttl, Duration::from_secs(3))
+            .await
+            .map_err(bad)?;
+        with_store(&lock, store, policy, redis_url, pg_url, &args).await
     });
     drop(started);
     result

@@ -50,10 +50,6 @@ enum Command {
     /// lock service could not be used; 2 on bad usage.
     #[cfg(feature = "backends")]
     Run(run::RunArgs),
-    /// A worker process for the pause tests, driven line by line on stdin.
-    #[command(hide = true)]
-    #[cfg(feature = "backends")]
-    Worker(run::WorkerArgs),
 }
 
 /// Model sizes shared by `check` and `explore`.
@@ -171,8 +167,6 @@ pub fn main() -> ExitCode {
         Command::Report(args) => report::run(args),
         #[cfg(feature = "backends")]
         Command::Run(args) => run::run(args),
-        #[cfg(feature = "backends")]
-        Command::Worker(args) => run::worker(args),
     };
     result.unwrap_or_else(|UsageError(message)| {
         eprintln!("error: {message}");

@@ -1,18 +1,14 @@
-//! `fencecheck run`: run a command while holding a lease, like `flock` across machines; and the
-//! hidden `fencecheck worker` the pause tests drive line by line.
+//! `fencecheck run`: run a command while holding a lease, like `flock` across machines.
 
 use super::UsageError;
 use clap::{Args, ValueEnum};
 use fencecheck::backend::{
-    hold, Acquired, BackendError, EtcdLock, EtcdOptions, FencedStorage, Grant, KeepaliveOptions,
-    LockService, PgFencedStore, RedisLock, RedisOptions, WriteOutcome, ZkLock, ZkOptions,
+    connect, hold, parse_endpoints, Acquired, AnyLock, BackendError, Grant, KeepaliveOptions,
+    LockService, LockSpec,
 };
-use fencecheck::protocol::{FencePolicy, Token};
-use std::io::Write;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::AsyncBufReadExt;
 
 /// Exit status when the lock is held by someone else (and `--wait` did not get it).
 pub(super) const EXIT_LOCK_BUSY: u8 = 75;
@@ -33,68 +29,39 @@ pub(super) enum Backend {
     Zookeeper,
 }
 
-/// The lock service chosen on the command line, connected.
-enum AnyLock {
-    Redis(Arc<RedisLock>),
-    Etcd(Arc<EtcdLock>),
-    Zk(Arc<ZkLock>),
+/// Where the lock lives: the flags `run` shares with `demo`'s real backends.
+#[derive(Debug, Args)]
+pub(super) struct LockArgs {
+    /// Where the lock lives.
+    #[arg(long, value_enum, default_value_t = Backend::Redis)]
+    pub(super) backend: Backend,
+    /// The Redis server (`redis://HOST:PORT[/DB]`).
+    #[arg(long, value_name = "URL", default_value = "redis://127.0.0.1:6379")]
+    pub(super) redis_url: String,
+    /// The etcd cluster's client URLs, comma-separated.
+    #[arg(long, value_name = "A,B,C", default_value = "http://127.0.0.1:2379")]
+    pub(super) endpoints: String,
+    /// The ZooKeeper ensemble, HOST:PORT comma-separated. The TTL becomes the session timeout,
+    /// which the servers clamp to their [minSessionTimeout, maxSessionTimeout].
+    #[arg(long, value_name = "HOST:PORT,...", default_value = "127.0.0.1:2181")]
+    pub(super) zk: String,
 }
 
-/// Where each backend is, from the command line.
-struct Servers<'a> {
-    redis_url: &'a str,
-    endpoints: Vec<String>,
-    zk: &'a str,
-}
-
-/// Connects the chosen backend; every request bounded by `timeout`.
-async fn connect_lock(
-    backend: Backend,
-    servers: &Servers<'_>,
-    name: &str,
-    ttl: Duration,
-    timeout: Duration,
-) -> Result<AnyLock, BackendError> {
-    Ok(match backend {
-        Backend::Redis => {
-            let options = RedisOptions {
-                connect_timeout: timeout,
-                response_timeout: timeout,
-            };
-            AnyLock::Redis(Arc::new(RedisLock::connect_with(
-                servers.redis_url,
-                name,
-                ttl,
-                options,
-            )?))
+impl LockArgs {
+    /// The chosen backend and its address.
+    pub(super) fn spec(&self) -> LockSpec {
+        match self.backend {
+            Backend::Redis => LockSpec::Redis {
+                url: self.redis_url.clone(),
+            },
+            Backend::Etcd => LockSpec::Etcd {
+                endpoints: parse_endpoints(&self.endpoints),
+            },
+            Backend::Zookeeper => LockSpec::Zookeeper {
+                connect: self.zk.clone(),
+            },
         }
-        Backend::Etcd => {
-            let options = EtcdOptions {
-                connect_timeout: timeout,
-                request_timeout: timeout,
-            };
-            AnyLock::Etcd(Arc::new(
-                EtcdLock::connect_with(&servers.endpoints, name, ttl, options).await?,
-            ))
-        }
-        Backend::Zookeeper => {
-            let options = ZkOptions {
-                connect_timeout: timeout,
-                request_timeout: timeout,
-            };
-            AnyLock::Zk(Arc::new(
-                ZkLock::connect_with(servers.zk, name, ttl, options).await?,
-            ))
-        }
-    })
-}
-
-fn endpoints_of(list: &str) -> Vec<String> {
-    list.split(',')
-        .map(str::trim)
-        .filter(|e| !e.is_empty())
-        .map(String::from)
-        .collect()
+    }
 }
 
 /// Parses `30s`, `500ms`, `2m`, `1h`, `1.5s`.
@@ -127,19 +94,8 @@ pub(super) fn parse_duration(text: &str) -> Result<Duration, String> {
 
 #[derive(Debug, Args)]
 pub(super) struct RunArgs {
-    /// Where the lock lives.
-    #[arg(long, value_enum, default_value_t = Backend::Redis)]
-    backend: Backend,
-    /// The Redis server (`redis://HOST:PORT[/DB]`).
-    #[arg(long, value_name = "URL", default_value = "redis://127.0.0.1:6379")]
-    redis_url: String,
-    /// The etcd cluster's client URLs, comma-separated.
-    #[arg(long, value_name = "A,B,C", default_value = "http://127.0.0.1:2379")]
-    endpoints: String,
-    /// The ZooKeeper ensemble, HOST:PORT comma-separated. The TTL becomes the session timeout,
-    /// which the servers clamp to their [minSessionTimeout, maxSessionTimeout].
-    #[arg(long, value_name = "HOST:PORT,...", default_value = "127.0.0.1:2181")]
-    zk: String,
+    #[command(flatten)]
+    lock: LockArgs,
     /// The lock's name: every `run` with the same name excludes the others.
     #[arg(long, value_name = "NAME")]
     name: String,
@@ -203,23 +159,15 @@ pub(super) fn run(args: RunArgs) -> Result<ExitCode, UsageError> {
     };
     let owner = args.owner.clone().unwrap_or_else(default_owner);
     runtime().block_on(async move {
-        let servers = Servers {
-            redis_url: &args.redis_url,
-            endpoints: endpoints_of(&args.endpoints),
-            zk: &args.zk,
-        };
-        let lock = connect_lock(args.backend, &servers, &args.name, args.ttl, args.timeout).await;
-        match lock {
-            Ok(AnyLock::Redis(l)) => run_holding(l, owner, wait, args).await,
-            Ok(AnyLock::Etcd(l)) => run_holding(l, owner, wait, args).await,
-            Ok(AnyLock::Zk(l)) => run_holding(l, owner, wait, args).await,
+        match connect(&args.lock.spec(), &args.name, args.ttl, args.timeout).await {
+            Ok(lock) => run_holding(Arc::new(lock), owner, wait, args).await,
             Err(e) => backend_failure(e),
         }
     })
 }
 
-async fn run_holding<L: LockService + 'static>(
-    lock: Arc<L>,
+async fn run_holding(
+    lock: Arc<AnyLock>,
     owner: String,
     wait: Option<Duration>,
     args: RunArgs,
@@ -338,132 +286,5 @@ fn exit_code_of(status: std::process::ExitStatus) -> ExitCode {
         (Some(code), _) => ExitCode::from(code.clamp(0, 255) as u8),
         (None, Some(sig)) => ExitCode::from((128 + sig).clamp(0, 255) as u8),
         _ => ExitCode::FAILURE,
-    }
-}
-
-#[derive(Debug, Args)]
-pub(super) struct WorkerArgs {
-    /// Where the lock lives.
-    #[arg(long, value_enum, default_value_t = Backend::Redis)]
-    backend: Backend,
-    /// The Redis holding the lock.
-    #[arg(long, value_name = "URL", default_value = "redis://127.0.0.1:6379")]
-    redis_url: String,
-    /// The etcd cluster holding the lock.
-    #[arg(long, value_name = "A,B,C", default_value = "http://127.0.0.1:2379")]
-    endpoints: String,
-    /// The ZooKeeper ensemble holding the lock.
-    #[arg(long, value_name = "HOST:PORT,...", default_value = "127.0.0.1:2181")]
-    zk: String,
-    /// The PostgreSQL holding the data.
-    #[arg(long, value_name = "URL")]
-    pg_url: String,
-    /// Lock name.
-    #[arg(long)]
-    name: String,
-    /// Lease TTL.
-    #[arg(long, value_parser = parse_duration)]
-    ttl: Duration,
-    /// This worker's owner name.
-    #[arg(long)]
-    owner: String,
-    /// The key to write.
-    #[arg(long, default_value = "data")]
-    key: String,
-    /// The table to write.
-    #[arg(long, default_value = "fenced")]
-    table: String,
-    /// Write through a plain upsert that ignores tokens (the negative control).
-    #[arg(long)]
-    unfenced: bool,
-}
-
-/// A worker driven over stdin, one command a line; it answers one line each:
-/// `acquire` -> `GRANTED <token>` (waits up to 30 s) · `write <value>` -> `ACCEPTED` or `REJECTED
-/// <highest>` (no lease check: the check happened before the pause) · `write-if-held <value>` ->
-/// like `write`, or `LOST <reason>` when the safe deadline passed · `release` -> `RELEASED
-/// <true|false>` · EOF ends it.
-pub(super) fn worker(args: WorkerArgs) -> Result<ExitCode, UsageError> {
-    runtime().block_on(async move {
-        let fail = |e: BackendError| UsageError(format!("worker {}: {e}", args.owner));
-        let servers = Servers {
-            redis_url: &args.redis_url,
-            endpoints: endpoints_of(&args.endpoints),
-            zk: &args.zk,
-        };
-        let timeout = Duration::from_secs(2);
-        let lock = connect_lock(args.backend, &servers, &args.name, args.ttl, timeout)
-            .await
-            .map_err(fail)?;
-        match lock {
-            AnyLock::Redis(l) => serve_worker(l, &args).await,
-            AnyLock::Etcd(l) => serve_worker(l, &args).await,
-            AnyLock::Zk(l) => serve_worker(l, &args).await,
-        }
-    })
-}
-
-async fn serve_worker<L: LockService + 'static>(
-    lock: Arc<L>,
-    args: &WorkerArgs,
-) -> Result<ExitCode, UsageError> {
-    {
-        let fail = |e: BackendError| UsageError(format!("worker {}: {e}", args.owner));
-        let policy = if args.unfenced {
-            FencePolicy::AcceptAll
-        } else {
-            FencePolicy::Fenced
-        };
-        let store =
-            PgFencedStore::connect_with(&args.pg_url, &args.table, policy, Duration::from_secs(5))
-                .await
-                .map_err(fail)?;
-        let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
-        let mut held = None;
-        let say = |line: String| {
-            let mut out = std::io::stdout().lock();
-            let _ = writeln!(out, "{line}");
-            let _ = out.flush();
-        };
-        while let Ok(Some(line)) = lines.next_line().await {
-            let (cmd, arg) = line.split_once(' ').unwrap_or((line.as_str(), ""));
-            match cmd {
-                "acquire" => match lock.acquire(&args.owner, Duration::from_secs(30)).await {
-                    Ok(Some(g)) => {
-                        say(format!("GRANTED {}", g.token));
-                        held = Some(hold(Arc::clone(&lock), g, KeepaliveOptions::default()));
-                    }
-                    Ok(None) => say("BUSY".into()),
-                    Err(e) => say(format!("ERROR {e}")),
-                },
-                "write" | "write-if-held" => {
-                    let Some(h) = held.as_ref() else {
-                        say("ERROR no lease".into());
-                        continue;
-                    };
-                    if cmd == "write-if-held" {
-                        if let Some(reason) = h.lost_reason() {
-                            say(format!("LOST {reason}"));
-                            continue;
-                        }
-                    }
-                    let token: Token = h.token();
-                    match store.write(&args.key, token, arg.as_bytes()).await {
-                        Ok(WriteOutcome::Accepted) => say("ACCEPTED".into()),
-                        Ok(WriteOutcome::Stale(s)) => say(format!("REJECTED {}", s.highest)),
-                        Err(e) => say(format!("ERROR {e}")),
-                    }
-                }
-                "release" => match held.take() {
-                    Some(h) => match h.release().await {
-                        Ok(done) => say(format!("RELEASED {done}")),
-                        Err(e) => say(format!("ERROR {e}")),
-                    },
-                    None => say("RELEASED false".into()),
-                },
-                other => say(format!("ERROR unknown command {other:?}")),
-            }
-        }
-        Ok(ExitCode::SUCCESS)
     }
 }
