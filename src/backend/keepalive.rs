@@ -7,6 +7,12 @@ use std::time::{Duration, Instant};
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
+/// The clock-drift margin used when none is given: 1 % of the TTL plus 2 ms (covers a clock rate
+/// error of about 1 % between this machine and the server, and timer slack).
+pub fn default_drift(ttl: Duration) -> Duration {
+    ttl / 100 + Duration::from_millis(2)
+}
+
 /// How a held lease is renewed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct KeepaliveOptions {
@@ -20,7 +26,7 @@ pub struct KeepaliveOptions {
 impl KeepaliveOptions {
     fn resolve(self, ttl: Duration) -> (Duration, Duration) {
         let every = self.every.unwrap_or(ttl / 3).max(Duration::from_millis(1));
-        let drift = self.drift.unwrap_or(ttl / 100 + Duration::from_millis(2));
+        let drift = self.drift.unwrap_or(default_drift(ttl));
         (every, drift)
     }
 }

@@ -39,15 +39,21 @@ enum Command {
     /// Checks every model afresh and reads criterion's saved estimates from the last
     /// `cargo bench`. Exit status 1 when a verdict differs from its declaration.
     Report(report::ReportArgs),
-    /// Run a command while holding a lock: only one `run` of a NAME at a time, anywhere.
+    /// Run a command while holding a lock, stopping it before its lease can end.
     ///
-    /// Acquires the lease, starts CMD with the fencing token in FENCECHECK_TOKEN, renews the
-    /// lease every TTL/3, and if the lease is lost sends CMD SIGTERM (SIGKILL after --grace).
-    /// SIGINT and SIGTERM are passed on to CMD, and the lease is released when it ends.
+    /// Acquires the lease, starts CMD in its own process group with the fencing token in
+    /// FENCECHECK_TOKEN, and renews the lease every TTL/3. If renewals fail, the group gets
+    /// SIGTERM at the lease's safe deadline minus --grace and SIGKILL at the deadline; if the
+    /// server says the lease is gone, SIGTERM at once. The command dies with this supervisor
+    /// (kill -9 included); INT, TERM, HUP, QUIT, USR1 and USR2 are passed to its group.
+    ///
+    /// It cannot stop work on time while it is itself paused (SIGSTOP, a stopped VM), nor reach
+    /// a job that left the process group: pass FENCECHECK_TOKEN to fenced storage for that.
     ///
     /// Exit status: CMD's own (128+N if killed by signal N); 75 when the lock is held elsewhere
-    /// (and --wait did not get it); 76 when the lease was lost and CMD was terminated; 69 when the
-    /// lock service could not be used; 2 on bad usage.
+    /// (and --wait did not get it); 76 when the lease was lost or about to end and CMD was
+    /// stopped, or the grant came too late to start it; 69 when the lock service could not be
+    /// used; 2 on bad usage.
     #[cfg(feature = "backends")]
     Run(run::RunArgs),
 }

@@ -3,12 +3,14 @@
 use super::UsageError;
 use clap::{Args, ValueEnum};
 use fencecheck::backend::{
-    connect, hold, parse_endpoints, Acquired, AnyLock, BackendError, Grant, KeepaliveOptions,
-    LockService, LockSpec,
+    connect, default_drift, hold, parse_endpoints, Acquired, AnyLock, BackendError, Grant,
+    KeepaliveOptions, LockService, LockSpec, LostReason,
 };
+use fencecheck::protocol::{Phase, ScheduleError, Step, StopPolicy};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
+use std::time::Instant;
 
 /// Exit status when the lock is held by someone else (and `--wait` did not get it).
 pub(super) const EXIT_LOCK_BUSY: u8 = 75;
@@ -105,9 +107,11 @@ pub(super) struct RunArgs {
     /// Wait for the lock instead of giving up at once; with a DURATION, give up after it.
     #[arg(long, value_name = "DURATION", num_args = 0..=1, default_missing_value = "forever")]
     wait: Option<String>,
-    /// After the lease is lost, how long the command has between SIGTERM and SIGKILL.
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
-    grace: Duration,
+    /// How long the command has between SIGTERM and SIGKILL. Both come inside the lease:
+    /// SIGTERM at the safe deadline minus the grace, SIGKILL at the safe deadline; so the grace
+    /// must fit in TTL minus drift (default: a quarter of that, at most 10s).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    grace: Option<Duration>,
     /// Margin subtracted from the lease's deadline for clock drift (default: 1 % of the TTL
     /// plus 2 ms).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
@@ -151,7 +155,30 @@ fn backend_failure(e: BackendError) -> Result<ExitCode, UsageError> {
     }
 }
 
+/// The checks that need no server: a positive timeout, and a stop schedule that fits the TTL.
+fn check_args(args: &RunArgs) -> Result<(), UsageError> {
+    if args.timeout.is_zero() {
+        return Err(UsageError(
+            "--timeout 0s: expected a positive bound on each request, such as 2s".into(),
+        ));
+    }
+    fencecheck::backend::validate_ttl(args.ttl).map_err(|e| UsageError(e.to_string()))?;
+    let drift = args.drift.unwrap_or_else(|| default_drift(args.ttl));
+    StopPolicy::new(args.ttl, drift, grace_for(args, args.ttl)).map_err(|e| {
+        let flag = match e {
+            ScheduleError::DriftTooLarge { .. } if args.drift.is_none() => {
+                format!("the default --drift of {drift:?} (1 % of the TTL + 2 ms)")
+            }
+            ScheduleError::DriftTooLarge { .. } => format!("--drift {drift:?}"),
+            ScheduleError::GraceTooLong { grace, .. } => format!("--grace {grace:?}"),
+        };
+        UsageError(format!("{flag} with --ttl {:?}: {e}", args.ttl))
+    })?;
+    Ok(())
+}
+
 pub(super) fn run(args: RunArgs) -> Result<ExitCode, UsageError> {
+    check_args(&args)?;
     let wait = match args.wait.as_deref() {
         None => Some(Duration::ZERO),
         Some("forever") => None,
@@ -205,18 +232,51 @@ async fn run_holding(
         Err(e) => return backend_failure(e),
     };
     let token = grant.token;
+    // The schedule comes from what the server granted (etcd rounds the TTL up, ZooKeeper clamps it).
+    let drift = args.drift.unwrap_or_else(|| default_drift(grant.ttl));
+    let policy = match StopPolicy::new(grant.ttl, drift, grace_for(&args, grant.ttl)) {
+        Ok(p) => p,
+        Err(e) => {
+            let _ = lock.release(&owner, token).await;
+            return Err(UsageError(format!(
+                "the server granted a TTL of {:?}: {e}",
+                grant.ttl
+            )));
+        }
+    };
+    let origin = Instant::now();
+    let since = |t: Instant| t.saturating_duration_since(origin);
     let keepalive = KeepaliveOptions {
         every: None,
-        drift: args.drift,
+        drift: Some(drift),
     };
     let mut held = hold(Arc::clone(&lock), grant, keepalive);
-    let mut child = match tokio::process::Command::new(&args.command[0])
+    // A grant that arrived with too little of the lease left (a late reply, a pause) runs nothing.
+    if !policy.may_start(since(Instant::now()), since(held.deadline())) {
+        let left = held.deadline().saturating_duration_since(Instant::now());
+        let _ = held.release().await;
+        eprintln!(
+            "fencecheck run: the lease on {:?} (token {token}) arrived with {left:?} left before \
+             its safe deadline, not more than the grace {:?}; not running the command",
+            args.name,
+            policy.grace()
+        );
+        return Ok(ExitCode::from(EXIT_LEASE_LOST));
+    }
+    let supervisor = std::process::id();
+    let mut command = tokio::process::Command::new(&args.command[0]);
+    command
         .args(&args.command[1..])
         .env("FENCECHECK_TOKEN", token.to_string())
         .env("FENCECHECK_LOCK", &args.name)
         .env("FENCECHECK_OWNER", &owner)
-        .spawn()
-    {
+        // Its own process group: every signal goes to the command and all it starts.
+        .process_group(0);
+    // SAFETY: between fork and exec only async-signal-safe calls (prctl, getppid).
+    unsafe {
+        command.pre_exec(move || die_with(supervisor));
+    }
+    let mut child = match command.spawn() {
         Ok(c) => c,
         Err(e) => {
             let _ = held.release().await;
@@ -226,57 +286,232 @@ async fn run_holding(
             )));
         }
     };
-    let pid = child.id();
-    let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
-        .expect("install SIGINT handler");
-    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .expect("install SIGTERM handler");
-    let forward = |sig: i32| {
-        if let Some(pid) = pid {
-            // SAFETY: kill(2) on the PID of our own child.
-            unsafe { libc::kill(pid as libc::pid_t, sig) };
+    let group = child.id().map(|pid| pid as libc::pid_t);
+    let watchdog = group.and_then(|g| Watchdog::start(g).ok());
+    let mut holder = policy.holder(since(held.deadline()));
+    let mut lost: Option<LostReason> = None;
+    let mut signals = Signals::install();
+    let status = loop {
+        holder.renewed(since(held.deadline()));
+        let wake = match holder.tick(since(Instant::now())) {
+            Step::StopGently => {
+                match &lost {
+                    Some(reason) => eprintln!(
+                        "fencecheck run: lease on {:?} (token {token}) lost: {reason}; sending \
+                         SIGTERM to the command's process group",
+                        args.name
+                    ),
+                    None => eprintln!(
+                        "fencecheck run: lease on {:?} (token {token}) not renewed; sending \
+                         SIGTERM to the command's process group {:?} before the lease's safe \
+                         deadline",
+                        args.name,
+                        holder.force_stop_at().saturating_sub(since(Instant::now()))
+                    ),
+                }
+                signal_group(group, libc::SIGTERM);
+                continue;
+            }
+            Step::ForceStop => {
+                eprintln!(
+                    "fencecheck run: the command did not stop within the grace ({:?}); SIGKILL to \
+                     its process group at the lease's deadline",
+                    policy.grace()
+                );
+                signal_group(group, libc::SIGKILL);
+                continue;
+            }
+            Step::WaitUntil(t) => origin + t,
+            Step::Done => origin + Duration::from_secs(86_400),
+        };
+        tokio::select! {
+            status = child.wait() => break status,
+            reason = held.lost(), if lost.is_none() => {
+                holder.revoked(since(Instant::now()));
+                lost = Some(reason);
+            }
+            _ = tokio::time::sleep_until(tokio::time::Instant::from_std(wake)) => {}
+            sig = signals.next() => signal_group(group, sig),
         }
     };
-    loop {
-        tokio::select! {
-            status = child.wait() => {
-                let status = status.map_err(|e| UsageError(format!("waiting for the command: {e}")))?;
-                match held.release().await {
-                    Ok(true) => {}
-                    Ok(false) => eprintln!(
-                        "fencecheck run: warning: the lease (token {token}) had already ended \
-                         when the command finished"
-                    ),
-                    Err(e) => eprintln!("fencecheck run: warning: release failed: {e}"),
-                }
-                return Ok(exit_code_of(status));
-            }
-            reason = held.lost() => {
-                eprintln!(
-                    "fencecheck run: lease on {:?} (token {token}) lost: {reason}; sending \
-                     SIGTERM to the command",
-                    args.name
-                );
-                forward(libc::SIGTERM);
-                let status = match tokio::time::timeout(args.grace, child.wait()).await {
-                    Ok(s) => s.ok(),
-                    Err(_) => {
-                        eprintln!(
-                            "fencecheck run: the command did not stop within {:?}; SIGKILL",
-                            args.grace
-                        );
-                        forward(libc::SIGKILL);
-                        child.wait().await.ok()
-                    }
-                };
-                if let Some(s) = status {
-                    eprintln!("fencecheck run: the command ended: {s}");
-                }
-                return Ok(ExitCode::from(EXIT_LEASE_LOST));
-            }
-            _ = interrupt.recv() => forward(libc::SIGINT),
-            _ = terminate.recv() => forward(libc::SIGTERM),
+    let status = status.map_err(|e| UsageError(format!("waiting for the command: {e}")))?;
+    // What the command left running in its group ends before the lease is released: when it
+    // finished on its own, its leftovers get SIGTERM and the grace; when it is being stopped, the
+    // group keeps the schedule it had. SIGKILL at the force-stop time either way.
+    let force_at = origin + holder.force_stop_at();
+    let by = if holder.phase() == Phase::Working {
+        if group_alive(group) {
+            signal_group(group, libc::SIGTERM);
         }
+        force_at.min(Instant::now() + policy.grace())
+    } else {
+        force_at
+    };
+    end_group(group, by).await;
+    drop(watchdog);
+    if holder.phase() != Phase::Working {
+        eprintln!("fencecheck run: the command ended: {status}");
+        if lost.is_none() {
+            // Stopped on our own deadline: the lease may still be ours; free it for the next.
+            let _ = held.release().await;
+        }
+        return Ok(ExitCode::from(EXIT_LEASE_LOST));
+    }
+    match held.release().await {
+        Ok(true) => {}
+        Ok(false) => eprintln!(
+            "fencecheck run: warning: the lease (token {token}) had already ended when the \
+             command finished"
+        ),
+        Err(e) => eprintln!("fencecheck run: warning: release failed: {e}"),
+    }
+    Ok(exit_code_of(status))
+}
+
+/// The grace between SIGTERM and SIGKILL: `--grace`, or a quarter of the safe window up to 10 s.
+fn grace_for(args: &RunArgs, ttl: Duration) -> Duration {
+    args.grace.unwrap_or_else(|| {
+        let drift = args.drift.unwrap_or_else(|| default_drift(ttl));
+        (ttl.saturating_sub(drift) / 4).min(Duration::from_secs(10))
+    })
+}
+
+/// In the command's process, before exec: die with the supervisor (SIGKILL when the thread that
+/// forked it ends, which here is the supervisor's main thread), and do not start at all if the
+/// supervisor is already gone.
+fn die_with(supervisor: u32) -> std::io::Result<()> {
+    // SAFETY: prctl and getppid are async-signal-safe and touch no memory of ours.
+    unsafe {
+        if libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            libc::SIGKILL as libc::c_ulong,
+            0,
+            0,
+            0,
+        ) != 0
+        {
+            return Err(std::io::Error::last_os_error());
+        }
+        if libc::getppid() as u32 != supervisor {
+            return Err(std::io::Error::other("the supervisor is gone"));
+        }
+    }
+    Ok(())
+}
+
+/// Sends `sig` to the command's whole process group.
+fn signal_group(group: Option<libc::pid_t>, sig: i32) {
+    if let Some(g) = group {
+        // SAFETY: kill(2) on the process group our own child leads.
+        unsafe { libc::kill(-g, sig) };
+    }
+}
+
+/// Whether the command's process group still has members.
+fn group_alive(group: Option<libc::pid_t>) -> bool {
+    // SAFETY: kill(2) with signal 0 only asks whether the group still has members.
+    group.is_some_and(|g| unsafe { libc::kill(-g, 0) } == 0)
+}
+
+/// Waits until the command's process group is empty or `by`; then kills what is left and waits
+/// (up to a second) for it to go.
+async fn end_group(group: Option<libc::pid_t>, by: Instant) {
+    while group_alive(group) && Instant::now() < by {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    if !group_alive(group) {
+        return;
+    }
+    signal_group(group, libc::SIGKILL);
+    let until = Instant::now() + Duration::from_secs(1);
+    while group_alive(group) && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// A process that kills the command's group when the supervisor dies however it dies (kill -9
+/// included): it waits for the end of a pipe only the supervisor holds. PR_SET_PDEATHSIG reaches the
+/// command itself; this reaches what the command started.
+struct Watchdog {
+    child: std::process::Child,
+    _pipe: std::os::fd::OwnedFd,
+}
+
+impl Watchdog {
+    fn start(group: libc::pid_t) -> std::io::Result<Self> {
+        use std::os::fd::FromRawFd;
+        use std::os::unix::process::CommandExt;
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 fills two fds we then own; O_CLOEXEC keeps the write end out of every
+        // process we start.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: both fds were just created and are owned by nothing else.
+        let (read, write) = unsafe {
+            (
+                std::os::fd::OwnedFd::from_raw_fd(fds[0]),
+                std::os::fd::OwnedFd::from_raw_fd(fds[1]),
+            )
+        };
+        let child = std::process::Command::new("/bin/sh")
+            .arg("-c")
+            .arg(format!("read _; kill -9 -{group} 2>/dev/null"))
+            .stdin(read)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            // Out of the terminal's group, so a Ctrl-C meant for the supervisor does not end it.
+            .process_group(0)
+            .spawn()?;
+        Ok(Watchdog {
+            child,
+            _pipe: write,
+        })
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        // The supervisor is ending normally: stop the watchdog before the pipe closes, so it
+        // never signals a process group number that may have been reused.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The terminating signals a supervisor passes on to the command's group instead of dying of them.
+struct Signals(Vec<(i32, tokio::signal::unix::Signal)>);
+
+impl Signals {
+    fn install() -> Self {
+        use tokio::signal::unix::{signal, SignalKind};
+        let kinds = [
+            (libc::SIGINT, SignalKind::interrupt()),
+            (libc::SIGTERM, SignalKind::terminate()),
+            (libc::SIGHUP, SignalKind::hangup()),
+            (libc::SIGQUIT, SignalKind::quit()),
+            (libc::SIGUSR1, SignalKind::user_defined1()),
+            (libc::SIGUSR2, SignalKind::user_defined2()),
+        ];
+        Signals(
+            kinds
+                .into_iter()
+                .filter_map(|(n, k)| signal(k).ok().map(|s| (n, s)))
+                .collect(),
+        )
+    }
+
+    /// The next signal received.
+    async fn next(&mut self) -> i32 {
+        std::future::poll_fn(|cx| {
+            for (n, s) in &mut self.0 {
+                if s.poll_recv(cx).is_ready() {
+                    return std::task::Poll::Ready(*n);
+                }
+            }
+            std::task::Poll::Pending
+        })
+        .await
     }
 }
 

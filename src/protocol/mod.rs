@@ -11,6 +11,7 @@
 
 mod fence;
 mod history;
+mod holder;
 mod lease;
 mod register;
 mod token;
@@ -20,6 +21,7 @@ pub use history::{
     one_leader_per_term, storage_in_lease_order, Event, History, HistoryError, LeaseOrder,
     TermReused, TokenOrder,
 };
+pub use holder::{Holder, Phase, ScheduleError, Step, StopPolicy};
 pub use lease::{Acquire, Lease, LeaseError, LeaseTable};
 pub use register::{Campaign, TermRegister};
 pub use token::{Token, TokenExhausted, TokenIssuer};

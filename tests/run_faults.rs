@@ -1,0 +1,229 @@
+//! `fencecheck run` under the faults that made it unsafe before, on a real redis-server: the
+//! whole process tree of the command is stopped on a lost lease and dies with its supervisor; a
+//! slow-stopping command is stopped before the server expires the lease when renewals stall; a
+//! schedule that cannot fit in the lease runs nothing. Each check has a control: a job that
+//! escapes the command's process group (`setsid`) is seen by the same check to outlive the lease.
+#![cfg(feature = "backends")]
+
+use fencecheck_testkit::{signal, started_or_skip, RedisServer, TempDir};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+fn run_cmd(url: &str, name: &str, ttl: &str, extra: &[&str], script: &str) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_fencecheck"))
+        .args(["run", "--redis-url", url, "--name", name, "--ttl", ttl])
+        .args(extra)
+        .args(["--", "sh", "-c", script])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start fencecheck run")
+}
+
+fn lock_key(name: &str) -> String {
+    format!("fencecheck:{{{name}}}:lock")
+}
+
+fn redis_conn(url: &str) -> redis::Connection {
+    redis::Client::open(url).unwrap().get_connection().unwrap()
+}
+
+/// Waits for `path` to hold a line, and returns it.
+fn read_when_written(path: &Path) -> String {
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Ok(t) = std::fs::read_to_string(path) {
+            if t.ends_with('\n') {
+                return t.trim().to_string();
+            }
+        }
+        assert!(Instant::now() < until, "{} never written", path.display());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Whether process `pid` is still running (a zombie counts as ended).
+fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+/// Whether `pid` has ended within `within`.
+fn ends_within(pid: u32, within: Duration) -> bool {
+    let until = Instant::now() + within;
+    while alive(pid) {
+        if Instant::now() >= until {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    true
+}
+
+fn now_ms() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+}
+
+/// A command that starts a background job (`job & wait`, the common shape), recording the job's
+/// PID; with `escape`, the job leaves the process group with `setsid` (the control).
+fn job_and_wait(pidfile: &Path, escape: bool) -> String {
+    let setsid = if escape { "setsid " } else { "" };
+    format!(
+        "{setsid}sleep 30 >/dev/null 2>&1 & echo $! > {}; wait",
+        pidfile.display()
+    )
+}
+
+#[test]
+fn a_lost_lease_stops_the_commands_whole_process_tree() {
+    let Some(redis) = started_or_skip("run faults: grandchild", RedisServer::start(false)) else {
+        return;
+    };
+    let url = redis.url();
+    let dir = TempDir::new("run-grandchild").unwrap();
+    for escape in [false, true] {
+        let name = format!("tree-{escape}");
+        let pidfile = dir.path().join(format!("{name}.pid"));
+        let run = run_cmd(&url, &name, "3s", &[], &job_and_wait(&pidfile, escape));
+        let job: u32 = read_when_written(&pidfile).parse().unwrap();
+        // Revoke the lease, as if it had expired and been taken.
+        let _: () = redis::cmd("DEL")
+            .arg(lock_key(&name))
+            .query(&mut redis_conn(&url))
+            .unwrap();
+        let out = run.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(76));
+        let ended = ends_within(job, Duration::from_millis(500));
+        if escape {
+            // The control: a job that left the group is seen by the same check to survive.
+            assert!(!ended, "the escaped job {job} should still run");
+            signal(job, libc::SIGKILL).unwrap();
+        } else {
+            assert!(
+                ended,
+                "the background job {job} outlived the lease: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+}
+
+#[test]
+fn the_work_dies_with_its_supervisor() {
+    let Some(redis) = started_or_skip("run faults: supervisor killed", RedisServer::start(false))
+    else {
+        return;
+    };
+    let url = redis.url();
+    let dir = TempDir::new("run-supervisor").unwrap();
+    for escape in [false, true] {
+        let name = format!("sup-{escape}");
+        let pidfile = dir.path().join(format!("{name}.pid"));
+        let mut run = run_cmd(&url, &name, "3s", &[], &job_and_wait(&pidfile, escape));
+        let job: u32 = read_when_written(&pidfile).parse().unwrap();
+        run.kill().unwrap(); // SIGKILL: no handler, no cleanup of its own
+        run.wait().unwrap();
+        let ended = ends_within(job, Duration::from_millis(500));
+        if escape {
+            assert!(!ended, "the escaped job {job} should still run");
+            signal(job, libc::SIGKILL).unwrap();
+        } else {
+            assert!(ended, "the job {job} outlived its killed supervisor");
+        }
+    }
+}
+
+#[test]
+fn stalled_renewals_stop_a_slow_command_before_the_server_expires_the_lease() {
+    let Some(redis) = started_or_skip("run faults: stall", RedisServer::start(false)) else {
+        return;
+    };
+    let url = redis.url();
+    let dir = TempDir::new("run-stall").unwrap();
+    // The command's job needs 400 ms to stop after SIGTERM and records when it really ended; in
+    // the control it runs outside the command's process group, where no signal reaches it.
+    for escape in [false, true] {
+        let name = format!("stall-{escape}");
+        let started = dir.path().join(format!("{name}.started"));
+        let ended = dir.path().join(format!("{name}.ended"));
+        let setsid = if escape { "setsid " } else { "" };
+        let script = format!(
+            "{setsid}sh -c 'trap \"sleep 0.4; date +%s%3N > {e}; exit 0\" TERM; \
+             while true; do sleep 0.02; done' >/dev/null 2>&1 & \
+             echo $! > {s}; wait",
+            e = ended.display(),
+            s = started.display()
+        );
+        let run = run_cmd(&url, &name, "2s", &["--grace", "600ms"], &script);
+        let job: u32 = read_when_written(&started).parse().unwrap();
+        // When the server will expire the lease: the key's remaining TTL, read now.
+        let pttl: i64 = redis::cmd("PTTL")
+            .arg(lock_key(&name))
+            .query(&mut redis_conn(&url))
+            .unwrap();
+        let expires_ms = now_ms() as i64 + pttl;
+        assert!(pttl > 1000, "pttl {pttl}");
+        // Stall the server: renewals get no answer (the connection stays open).
+        let pid = redis.pid().unwrap();
+        signal(pid, libc::SIGSTOP).unwrap();
+        let out = run.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(76), "{stderr}");
+        if escape {
+            // The control: the same records show a job that outlives the lease.
+            while (now_ms() as i64) < expires_ms + 100 {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let overlap = now_ms() as i64 - expires_ms;
+            assert!(
+                alive(job) && !ended.exists(),
+                "the escaped job stopped inside the lease"
+            );
+            eprintln!("stall control: the escaped job still ran {overlap} ms after expiry");
+            signal(job, libc::SIGKILL).unwrap();
+        } else {
+            let end: i64 = read_when_written(&ended).parse().unwrap();
+            let margin = expires_ms - end;
+            eprintln!(
+                "stall: the command's job ended {margin} ms before the server expired the lease"
+            );
+            assert!(
+                margin > 0,
+                "the job outlived the lease by {} ms: {stderr}",
+                -margin
+            );
+        }
+        signal(pid, libc::SIGCONT).unwrap();
+    }
+}
+
+#[test]
+fn a_schedule_that_cannot_fit_in_the_lease_runs_nothing() {
+    let dir = TempDir::new("run-doa").unwrap();
+    let marker = dir.path().join("ran");
+    for (extra, says) in [
+        (&["--ttl", "1ms"][..], "no safe window"),
+        (&["--ttl", "3s", "--drift", "3s"][..], "no safe window"),
+        (&["--ttl", "3s", "--grace", "3s"][..], "does not fit"),
+        (&["--ttl", "3s", "--timeout", "0s"][..], "--timeout 0s"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_fencecheck"))
+            .args(["run", "--name", "doa"])
+            .args(extra)
+            .args(["--", "touch", marker.to_str().unwrap()])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains(says), "{extra:?}: {err}");
+        assert!(!marker.exists(), "{extra:?} ran the command");
+    }
+}
