@@ -201,6 +201,10 @@ mod tests {
                 window: ms(90)
             })
         );
+        assert!(
+            StopPolicy::new(ms(100), ms(10), ms(95)).is_err(),
+            "longer than the window"
+        );
         assert_eq!(
             StopPolicy::new(ms(100), ms(10), ms(89)).unwrap().grace(),
             ms(89)
