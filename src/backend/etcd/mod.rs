@@ -186,7 +186,7 @@ impl EtcdLock {
             sessions: Mutex::new(HashMap::new()),
         };
         // Reach the cluster once now, so that a wrong address fails here, naming it.
-        lock.call("connect", Retry::IfNotSent, |c| async move {
+        lock.call(Retry::IfNotSent, |c| async move {
             c.range(RangeRequest::key("fencecheck/ping")).await
         })
         .await
@@ -209,12 +209,7 @@ impl EtcdLock {
     /// Runs one request, bounded by the request timeout, retrying on another member when the
     /// request cannot have taken effect (connection refused, no leader: gRPC `Unavailable`) and,
     /// for requests safe to repeat, also after a timeout. At most `2 × endpoints + 1` attempts.
-    async fn call<T, F, Fut>(
-        &self,
-        _operation: &'static str,
-        retry: Retry,
-        mut request: F,
-    ) -> Result<T, Failure>
+    async fn call<T, F, Fut>(&self, retry: Retry, mut request: F) -> Result<T, Failure>
     where
         F: FnMut(rpc::Client) -> Fut,
         Fut: Future<Output = Result<T, Status>>,
@@ -251,7 +246,7 @@ impl EtcdLock {
         F: FnMut(rpc::Client) -> Fut,
         Fut: Future<Output = Result<T, Status>>,
     {
-        self.call(operation, retry, request)
+        self.call(retry, request)
             .await
             .map_err(|f| f.into_error(operation))
     }
@@ -301,7 +296,7 @@ impl EtcdLock {
             ],
         };
         let attempt = self
-            .call("acquire", Retry::Always, |c| {
+            .call(Retry::Always, |c| {
                 let txn = txn.clone();
                 async move { c.txn(txn).await }
             })
@@ -449,9 +444,10 @@ impl EtcdLock {
     /// One keepalive of `lease`: `false` when the lease is gone.
     async fn keep_alive_once(&self, lease: i64) -> Result<bool, BackendError> {
         let result = self
-            .call("keepalive", Retry::Always, |c| async move {
-                c.keep_alive_once(lease).await
-            })
+            .call(
+                Retry::Always,
+                |c| async move { c.keep_alive_once(lease).await },
+            )
             .await;
         match result {
             Ok(ttl) => Ok(ttl > 0),

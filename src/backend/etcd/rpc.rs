@@ -406,15 +406,21 @@ pub struct Client {
 }
 
 impl Client {
+    /// A gRPC client on this member's channel, once the channel can take a request.
+    async fn ready(&self) -> Result<tonic::client::Grpc<Channel>, Status> {
+        let mut grpc = tonic::client::Grpc::new(self.channel.clone());
+        grpc.ready()
+            .await
+            .map_err(|e| Status::unavailable(e.to_string()))?;
+        Ok(grpc)
+    }
+
     async fn unary<Req, Resp>(&self, path: &'static str, req: Req) -> Result<Resp, Status>
     where
         Req: prost::Message + Send + Sync + 'static,
         Resp: prost::Message + Default + Send + Sync + 'static,
     {
-        let mut grpc = tonic::client::Grpc::new(self.channel.clone());
-        grpc.ready()
-            .await
-            .map_err(|e| Status::unavailable(e.to_string()))?;
+        let mut grpc = self.ready().await?;
         let codec = tonic_prost::ProstCodec::<Req, Resp>::default();
         let path = http::uri::PathAndQuery::from_static(path);
         Ok(grpc
@@ -460,10 +466,7 @@ impl Client {
     /// One keepalive of `lease` on a stream of its own: the TTL left after renewal, 0 or less when
     /// the lease is gone.
     pub async fn keep_alive_once(&self, lease: i64) -> Result<i64, Status> {
-        let mut grpc = tonic::client::Grpc::new(self.channel.clone());
-        grpc.ready()
-            .await
-            .map_err(|e| Status::unavailable(e.to_string()))?;
+        let mut grpc = self.ready().await?;
         let codec =
             tonic_prost::ProstCodec::<LeaseKeepAliveRequest, LeaseKeepAliveResponse>::default();
         let path = http::uri::PathAndQuery::from_static("/etcdserverpb.Lease/LeaseKeepAlive");
