@@ -1,16 +1,23 @@
 //! A lock service whose token counter is not durable.
 //!
-//! Each client runs its job once: it takes the lease (the core `LeaseTable`), writes to fenced
-//! storage (the core `Fence`) with the lease's token, and releases. The lock service may restart
-//! once; without persistence (a Redis `INCR` counter without AOF) the restart forgets the counter
-//! and tokens start again at 1. Tokens then go backwards (`tokens_increase` violated from two
-//! clients on) and the fenced storage refuses every new holder until the counter passes the old
-//! high-water mark. With k writes stored before the restart, the next k − 1 grants are refused;
-//! k can reach clients − 1, and one client can draw every refusal, so a client gives up (`progress`
-//! violated) exactly when retries + 2 < clients. In this model taking the lease, writing and
-//! releasing are one step, so no holder is paused across the restart. The fixed
-//! variant keeps the counter across the restart (a durable counter, or one resumed above the
-//! storage's highest token): both properties hold.
+//! Each client runs its job once: it takes the lease (the core `LeaseTable`), then — as a separate
+//! step, so it can be paused in between for as long as anything else takes — writes to fenced
+//! storage (the core `Fence`) with the lease's token and releases. The lock service may restart
+//! once, and a restart forgets the live lease. Without persistence (a Redis `INCR` counter without
+//! AOF) it also forgets the counter and tokens start again at 1. Then:
+//!
+//! - tokens go backwards (`tokens_increase` violated from two clients on);
+//! - a holder paused across the restart carries a token that is handed out again: the new holder
+//!   writes, then the paused one writes with the *same* token, which the fence accepts because one
+//!   lease may write many times (`storage_in_lease_order` violated from two clients on);
+//! - the storage refuses new holders until the counter passes its high-water mark, so a client
+//!   can run out of retries (`progress`).
+//!
+//! Three ways to restart the counter: it is lost (`token-reset`), it is durable (`durable-token`:
+//! every property holds), or it resumes above the highest token the storage has accepted
+//! (`token-from-storage`): progress is restored, but a paused holder that has not written yet is
+//! invisible to the storage, so its token is handed out again and the storage is still out of
+//! lease order. Only a counter that survives the restart keeps fencing sound.
 
 use super::{
     declared_properties, meaning, Declared, Declares, Expect, Expected, Narrate, Params, Step,
@@ -19,6 +26,17 @@ use super::{
 use crate::protocol::{Acquire, Fence, LeaseOrder, LeaseTable, Token, TokenOrder};
 use stateright::{Expectation, Model, Property};
 
+/// What the lock service's token counter does across its restart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Counter {
+    /// Lost: tokens start again at 1.
+    Lost,
+    /// Durable: tokens continue after the last one issued.
+    Durable,
+    /// Resumed above the highest token the storage has accepted (at 1 if it has accepted none).
+    FromStorage,
+}
+
 /// The model.
 #[derive(Clone, Debug)]
 pub struct TokenResetModel {
@@ -26,8 +44,8 @@ pub struct TokenResetModel {
     pub clients: usize,
     /// Times a refused client runs again.
     pub retries: u8,
-    /// Whether the counter survives the restart.
-    pub durable: bool,
+    /// What the counter does across the restart.
+    pub counter: Counter,
 }
 
 /// A client's progress.
@@ -35,6 +53,15 @@ pub struct TokenResetModel {
 pub enum Client {
     /// Has not run yet, or was refused with retries left.
     Waiting {
+        /// Runs it may still make after a refusal.
+        retries: u8,
+    },
+    /// Holds a lease and has not written yet (it may be paused here for any time).
+    Holding {
+        /// The lease's token.
+        token: Token,
+        /// Ghost: the grant's position among all grants.
+        epoch: u8,
         /// Runs it may still make after a refusal.
         retries: u8,
     },
@@ -66,8 +93,10 @@ pub struct ResetState {
 /// What happens next.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum ResetAction {
-    /// Client takes the lease, writes with its token, releases.
-    RunJob(u8),
+    /// A waiting client takes the free lease.
+    Take(u8),
+    /// A holding client writes with its token and releases.
+    Write(u8),
     /// The lock service restarts.
     Restart,
 }
@@ -94,9 +123,12 @@ impl Model for TokenResetModel {
     }
 
     fn actions(&self, s: &ResetState, actions: &mut Vec<ResetAction>) {
+        let free = s.table.holder(0).is_none();
         for (i, c) in s.clients.iter().enumerate() {
-            if matches!(c, Client::Waiting { .. }) {
-                actions.push(ResetAction::RunJob(i as u8));
+            match c {
+                Client::Waiting { .. } if free => actions.push(ResetAction::Take(i as u8)),
+                Client::Holding { .. } => actions.push(ResetAction::Write(i as u8)),
+                _ => {}
             }
         }
         if !s.restarted {
@@ -107,17 +139,32 @@ impl Model for TokenResetModel {
     fn next_state(&self, s: &ResetState, action: ResetAction) -> Option<ResetState> {
         let mut next = s.clone();
         match action {
-            ResetAction::RunJob(i) => {
+            ResetAction::Take(i) => {
+                let Client::Waiting { retries } = s.clients[i as usize] else {
+                    return None;
+                };
+                // Time stands still: a lease ends by release or by the restart, never by expiry.
                 let Acquire::Granted(lease) = next.table.acquire(i, 0, 1).ok()? else {
                     return None;
                 };
                 next.tokens.grant(lease.token);
                 next.grants += 1;
-                let epoch = next.grants;
-                let Client::Waiting { retries } = s.clients[i as usize] else {
+                next.clients[i as usize] = Client::Holding {
+                    token: lease.token,
+                    epoch: next.grants,
+                    retries,
+                };
+            }
+            ResetAction::Write(i) => {
+                let Client::Holding {
+                    token,
+                    epoch,
+                    retries,
+                } = s.clients[i as usize]
+                else {
                     return None;
                 };
-                next.clients[i as usize] = match next.fence.admit(lease.token) {
+                next.clients[i as usize] = match next.fence.admit(token) {
                     Ok(()) => {
                         next.lease_order.accept(epoch);
                         Client::Stored
@@ -127,14 +174,17 @@ impl Model for TokenResetModel {
                     },
                     Err(_) => Client::GaveUp,
                 };
-                next.table.release(&i, lease.token).ok()?;
+                // A lease forgotten by the restart is not this client's to release any more.
+                let _ = next.table.release(&i, token);
             }
             ResetAction::Restart => {
                 next.restarted = true;
-                next.table = match (self.durable, s.table.last_token()) {
-                    (true, Some(last)) => LeaseTable::resume_after(last),
-                    _ => LeaseTable::new(),
+                let resume = match self.counter {
+                    Counter::Lost => None,
+                    Counter::Durable => s.table.last_token(),
+                    Counter::FromStorage => s.fence.highest(),
                 };
+                next.table = resume.map_or_else(LeaseTable::new, LeaseTable::resume_after);
             }
         }
         Some(next)
@@ -148,9 +198,19 @@ impl Model for TokenResetModel {
 impl Narrate for TokenResetModel {
     fn narrate(&self, before: &ResetState, action: &ResetAction, after: &ResetState) -> Step {
         match action {
-            ResetAction::RunJob(i) => {
-                let who = format!("client-{i}");
+            ResetAction::Take(i) => {
                 let token = after.tokens.last().map_or(0, |t| t.get());
+                Step {
+                    from: format!("client-{i}"),
+                    to: "lock-service".into(),
+                    text: format!("client-{i} takes the lease (token {token})"),
+                }
+            }
+            ResetAction::Write(i) => {
+                let who = format!("client-{i}");
+                let Client::Holding { token, .. } = before.clients[*i as usize] else {
+                    unreachable!("only a holder writes")
+                };
                 let verdict = match after.clients[*i as usize] {
                     Client::Stored => "stored".to_string(),
                     _ => format!(
@@ -161,19 +221,27 @@ impl Narrate for TokenResetModel {
                 Step {
                     from: who.clone(),
                     to: "storage".into(),
-                    text: format!(
-                        "{who} takes the lease (token {token}), writes: {verdict}, releases"
-                    ),
+                    text: format!("{who} writes with token {token}: {verdict}; releases"),
                 }
             }
             ResetAction::Restart => Step {
                 from: "lock-service".into(),
                 to: "lock-service".into(),
-                text: if self.durable {
-                    "the lock service restarts and resumes its token counter".into()
-                } else {
-                    "the lock service restarts and its token counter starts again at 1".into()
-                },
+                text: match self.counter {
+                    Counter::Lost => {
+                        "the lock service restarts: the lease is forgotten and the token \
+                         counter starts again at 1"
+                    }
+                    Counter::Durable => {
+                        "the lock service restarts: the lease is forgotten, the token counter \
+                         resumes"
+                    }
+                    Counter::FromStorage => {
+                        "the lock service restarts: the lease is forgotten, the token counter \
+                         resumes above the storage's highest token"
+                    }
+                }
+                .into(),
             },
         }
     }
@@ -194,9 +262,9 @@ const DECLARED: &[Declared<TokenResetModel>] = &[
         kind: Expectation::Always,
         meaning: meaning::TOKENS_INCREASE,
         expect: Expect::When {
-            rule: "violated without a durable counter once two clients run",
+            rule: "violated unless the counter is durable, once two clients run",
             when: |m| {
-                if !m.durable && m.clients >= 2 {
+                if m.counter != Counter::Durable && m.clients >= 2 {
                     Expected::Violated
                 } else {
                     Expected::Holds
@@ -209,7 +277,16 @@ const DECLARED: &[Declared<TokenResetModel>] = &[
         name: "storage_in_lease_order",
         kind: Expectation::Always,
         meaning: meaning::STORAGE_IN_LEASE_ORDER,
-        expect: Expect::Holds,
+        expect: Expect::When {
+            rule: "violated unless the counter is durable, once two clients run",
+            when: |m| {
+                if m.counter != Counter::Durable && m.clients >= 2 {
+                    Expected::Violated
+                } else {
+                    Expected::Holds
+                }
+            },
+        },
         condition: |_: &TokenResetModel, s: &ResetState| s.lease_order.holds(),
     },
     Declared {
@@ -217,17 +294,23 @@ const DECLARED: &[Declared<TokenResetModel>] = &[
         kind: Expectation::Eventually,
         meaning: "every client's write is eventually stored",
         expect: Expect::When {
-            rule: "violated without a durable counter when retries + 2 < clients",
-            when: |m| {
-                if !m.durable && usize::from(m.retries) + 2 < m.clients {
-                    Expected::Violated
-                } else {
-                    Expected::Holds
-                }
-            },
+            rule: PROGRESS_RULE,
+            when: progress_expected,
         },
         condition: |_: &TokenResetModel, s: &ResetState| {
             s.clients.iter().all(|c| *c == Client::Stored)
+        },
+    },
+    Declared {
+        name: "restart_while_held",
+        kind: Expectation::Sometimes,
+        meaning: "the lock service restarts while a holder has not written yet",
+        expect: Expect::Holds,
+        condition: |_: &TokenResetModel, s: &ResetState| {
+            s.restarted
+                && s.clients
+                    .iter()
+                    .any(|c| matches!(c, Client::Holding { .. }))
         },
     },
     Declared {
@@ -240,6 +323,29 @@ const DECLARED: &[Declared<TokenResetModel>] = &[
         },
     },
 ];
+
+const PROGRESS_RULE: &str = "violated when one client can be refused more often than it may \
+    retry: lost counter, retries + 2 < clients; counter from the storage, no retries and 3 clients \
+    or more; durable counter, no retries and 2 clients or more (the holder paused across the \
+    restart is fenced off, as it should be)";
+
+/// When `progress` breaks. A refusal needs a stored token above the writer's. With a durable
+/// counter only the holder paused across the restart can meet one (a later holder writes first);
+/// from the storage it needs a third client, because the first grant after the restart repeats the
+/// paused holder's token; with a lost counter every stored write before the restart can refuse
+/// one grant after it.
+fn progress_expected(m: &TokenResetModel) -> Expected {
+    let violated = match m.counter {
+        Counter::Lost => usize::from(m.retries) + 2 < m.clients,
+        Counter::FromStorage => m.retries == 0 && m.clients >= 3,
+        Counter::Durable => m.retries == 0 && m.clients >= 2,
+    };
+    if violated {
+        Expected::Violated
+    } else {
+        Expected::Holds
+    }
+}
 
 impl Declares for TokenResetModel {
     fn declarations(&self) -> &'static [Declared<Self>] {
@@ -254,8 +360,24 @@ catalog_entry! {
         summary: "the lock service restarts and its token counter starts again (no persistence)",
         clients: 1..=6,
         mutants: &[],
-        defaults: Params::sized(3, 1, 0),
-        build: |p| TokenResetModel { clients: p.clients, retries: p.retries, durable: false },
+        defaults: Params::sized(4, 1, 1),
+        build: |p| TokenResetModel { clients: p.clients, retries: p.retries, counter: Counter::Lost },
+    }
+}
+
+catalog_entry! {
+    /// The catalog entry: a counter resumed above the storage's highest token.
+    TokenFromStorage: TokenResetModel {
+        name: "token-from-storage",
+        summary: "the same restart, the counter resumed above the storage's highest token",
+        clients: 1..=6,
+        mutants: &[],
+        defaults: Params::sized(4, 1, 1),
+        build: |p| TokenResetModel {
+            clients: p.clients,
+            retries: p.retries,
+            counter: Counter::FromStorage,
+        },
     }
 }
 
@@ -266,7 +388,7 @@ catalog_entry! {
         summary: "the same restart with a durable token counter: the fix",
         clients: 1..=6,
         mutants: &[],
-        defaults: Params::sized(3, 1, 0),
-        build: |p| TokenResetModel { clients: p.clients, retries: p.retries, durable: true },
+        defaults: Params::sized(4, 1, 1),
+        build: |p| TokenResetModel { clients: p.clients, retries: p.retries, counter: Counter::Durable },
     }
 }

@@ -129,7 +129,7 @@ pub enum BackendError {
     #[error(
         "fencing token went backwards on lock {name:?}: the server issued {issued} after this \
          client had seen {seen}; the token counter was lost (restart without persistence?). \
-         Raise it above the storage's highest token before using the lock again"
+         Leases granted before the restart are not fenced from later ones; persist the counter"
     )]
     TokenRegressed {
         /// The lock.

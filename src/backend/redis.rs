@@ -9,8 +9,10 @@
 //! not received the last `INCR`) starts it again from 1. Run Redis with `appendonly yes` and
 //! `appendfsync always` for monotonic tokens. A [`RedisLock`] remembers the highest token it has
 //! seen and refuses a grant that is not larger ([`BackendError::TokenRegressed`]), releasing the
-//! key it just took; fenced storage independently rejects the smaller tokens, so safety holds and
-//! only progress is lost until the counter is raised ([`RedisLock::raise_token_floor`]).
+//! key it just took. Fenced storage rejects the smaller tokens, but not a token handed out twice: a
+//! holder paused across the restart and the new holder of the same token both get their writes in,
+//! the older last (the `token-reset` model). Raising the counter afterwards
+//! ([`RedisLock::raise_token_floor`]) restores progress, not that safety: persist the counter.
 
 use super::{
     validate_name, validate_ttl, Acquired, BackendError, FencedStorage, Grant, Holder, LockService,

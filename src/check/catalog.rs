@@ -190,6 +190,7 @@ pub fn catalog() -> &'static [ModelEntry] {
         entry!(redlock::RedlockRestart),
         entry!(redlock::RedlockClockJump),
         entry!(token_reset::TokenReset),
+        entry!(token_reset::TokenFromStorage),
         entry!(token_reset::DurableToken),
         entry!(leader_election::LeaderElection),
         entry!(leader_election::LeaderElectionUnfenced),
