@@ -45,6 +45,7 @@ macro_rules! catalog_entry {
 pub mod check_before_write;
 pub mod fenced;
 pub mod idempotent_job;
+pub mod keepalive;
 pub mod leader_election;
 pub mod lease_service;
 pub mod redlock;
@@ -194,6 +195,9 @@ pub mod meaning {
     pub const SINGLE_BELIEVER: &str = "at most one client believes it holds the lease";
     /// `write_accepted`.
     pub const WRITE_ACCEPTED: &str = "some write is stored";
+    /// `work_stopped_before_successor`.
+    pub const WORK_STOPPED_BEFORE_SUCCESSOR: &str =
+        "no instant at which a holder's work or its descendants run while a later lease is granted";
     /// `lease_regranted`.
     pub const LEASE_REGRANTED: &str = "the lease is granted a second time";
 }

@@ -4,6 +4,7 @@
 //! variant or a mutant that flips the verdict).
 
 use fencecheck::check::{catalog, find_model, ModelRun, Options, Params, Verdict};
+use fencecheck::models::keepalive::{Flaw, KeepaliveModel};
 use fencecheck::models::redlock::{Fault, RedlockModel};
 use fencecheck::models::Mutant;
 use stateright::{Checker, HasDiscoveries, Model};
@@ -25,6 +26,22 @@ fn verdict(run: &ModelRun, property: &str) -> Verdict {
         .find(|p| p.property == property)
         .unwrap_or_else(|| panic!("{} has no {property}", run.model))
         .verdict
+}
+
+/// The states of `model`'s whole state space, searched without symmetry and without stopping at a
+/// discovery.
+fn unique_states<M>(model: M) -> usize
+where
+    M: Model + Send + Sync + 'static,
+    M::State: Clone + PartialEq + std::fmt::Debug + std::hash::Hash + Send + Sync,
+    M::Action: Clone + PartialEq + std::fmt::Debug + Send + Sync,
+{
+    model
+        .checker()
+        .finish_when(HasDiscoveries::AnyOf(BTreeSet::new()))
+        .spawn_dfs()
+        .join()
+        .unique_state_count()
 }
 
 #[test]
@@ -53,6 +70,13 @@ fn pinned_state_counts_at_two_sizes() {
         ("append-job", 3, 27),
         ("locked-append-job", 2, 24),
         ("locked-append-job", 3, 134),
+        ("keepalive", 2, 33_582),
+        ("keepalive-paused", 2, 238_480),
+        ("keepalive-reply-deadline", 2, 77_662),
+        ("keepalive-grace-outside", 2, 44_125),
+        ("keepalive-late-start", 2, 114_485),
+        ("keepalive-direct-child", 2, 52_430),
+        ("keepalive-slow-clock", 2, 55_662),
     ];
     for &(model, clients, states) in pinned {
         assert_eq!(
@@ -60,6 +84,15 @@ fn pinned_state_counts_at_two_sizes() {
             states,
             "{model} at {clients}"
         );
+    }
+    // The keepalive models have one holder and one successor; their second size is a shorter
+    // run (7 ticks), counted on the model itself.
+    for (flaw, states) in [(Flaw::None, 18_156), (Flaw::PausedSupervisor, 102_344)] {
+        let model = KeepaliveModel {
+            horizon: 7,
+            ..KeepaliveModel::with(flaw)
+        };
+        assert_eq!(unique_states(model), states, "{flaw:?}");
     }
     // Redlock is declared for two clients only (three do not finish in minutes); its state space
     // at one client stays pinned, counted on the model itself.
@@ -69,12 +102,7 @@ fn pinned_state_counts_at_two_sizes() {
         (Fault::ClockJump, 963),
     ] {
         let model = RedlockModel { clients: 1, fault };
-        let checker = model
-            .checker()
-            .finish_when(HasDiscoveries::AnyOf(BTreeSet::new()))
-            .spawn_dfs()
-            .join();
-        assert_eq!(checker.unique_state_count(), states, "{fault:?}");
+        assert_eq!(unique_states(model), states, "{fault:?}");
     }
 }
 
@@ -104,6 +132,19 @@ fn shortest_counterexamples_at_the_defaults() {
         ("append-job", "effect_exactly_once", 4, "instance-1 finishes and applies its effect: 2 row(s) for the run"),
         ("locked-append-job", "effect_exactly_once", 4,
          "instance-1 finishes and applies its effect: 2 row(s) for the run"),
+        // The client side: each sibling's mistake, fed to the library's holder.
+        ("keepalive-paused", "work_stopped_before_successor", 9,
+         "t=4: successor takes the lease (token 2) until t=8"),
+        ("keepalive-reply-deadline", "work_stopped_before_successor", 8,
+         "t=4: supervisor reads the grant sent at its clock 0: deadline 6, SIGTERM at 5, SIGKILL at 6; starts the work and its child"),
+        ("keepalive-grace-outside", "work_stopped_before_successor", 9,
+         "t=4: successor takes the lease (token 2) until t=8"),
+        ("keepalive-late-start", "work_stopped_before_successor", 8,
+         "t=4: supervisor reads the grant sent at its clock 0: deadline 2, SIGTERM at 1, SIGKILL at 2; starts the work and its child"),
+        ("keepalive-direct-child", "work_stopped_before_successor", 6,
+         "t=0: successor takes the lease (token 2) until t=4"),
+        ("keepalive-slow-clock", "work_stopped_before_successor", 9,
+         "t=4: successor takes the lease (token 2) until t=8"),
     ];
     for &(model, property, steps, last) in expected {
         let r = run(model, None, None);
@@ -142,6 +183,36 @@ fn negative_controls_flip_the_verdicts() {
         ),
         ("idempotent-job", "append-job", "effect_exactly_once"),
         ("idempotent-job", "locked-append-job", "effect_exactly_once"),
+        (
+            "keepalive",
+            "keepalive-paused",
+            "work_stopped_before_successor",
+        ),
+        (
+            "keepalive",
+            "keepalive-reply-deadline",
+            "work_stopped_before_successor",
+        ),
+        (
+            "keepalive",
+            "keepalive-grace-outside",
+            "work_stopped_before_successor",
+        ),
+        (
+            "keepalive",
+            "keepalive-late-start",
+            "work_stopped_before_successor",
+        ),
+        (
+            "keepalive",
+            "keepalive-direct-child",
+            "work_stopped_before_successor",
+        ),
+        (
+            "keepalive",
+            "keepalive-slow-clock",
+            "work_stopped_before_successor",
+        ),
     ];
     for &(safe, broken, property) in flips {
         assert_eq!(
@@ -155,6 +226,15 @@ fn negative_controls_flip_the_verdicts() {
             "{broken} / {property}"
         );
     }
+    // The fence never has to refuse the holder's work while the supervisor runs; it does once the
+    // supervisor is paused, and keeps the storage in order.
+    assert_eq!(
+        verdict(&run("keepalive", None, None), "fence_refuses_late_write"),
+        Verdict::Violated
+    );
+    let paused = run("keepalive-paused", None, None);
+    assert_eq!(verdict(&paused, "fence_refuses_late_write"), Verdict::Holds);
+    assert_eq!(verdict(&paused, "storage_in_lease_order"), Verdict::Holds);
     // Within one model: the fenced storage holds where the plain one fails.
     let cbw = run("check-before-write", None, None);
     assert_eq!(
@@ -169,7 +249,7 @@ fn negative_controls_flip_the_verdicts() {
 
 #[test]
 fn the_whole_catalog_is_checked_and_every_verdict_matches() {
-    assert_eq!(catalog().len(), 15);
+    assert_eq!(catalog().len(), 22);
     for entry in catalog() {
         let r = (entry.check)(&(entry.defaults)(), &Options::default(), &mut |_| {})
             .expect("the checker accepts the model");

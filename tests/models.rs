@@ -290,3 +290,41 @@ fn a_cut_short_search_is_incomplete_never_holds() {
         assert_ne!(p.verdict, Verdict::Holds, "{} claimed to hold", p.property);
     }
 }
+
+/// The client side: the library's holder keeps the work inside the lease in the `keepalive`
+/// world, and every sibling's mistake, fed to the same holder, is caught. (These run in the
+/// mutation tests' judging set, so a change to `protocol::holder` that lets work outlive its
+/// lease fails here.)
+#[test]
+fn keepalive_holder_keeps_the_work_inside_the_lease() {
+    let safe = run("keepalive", Params::sized(2, 1, 0), false);
+    assert!(safe.complete);
+    for property in [
+        "work_stopped_before_successor",
+        "storage_in_lease_order",
+        "successor_takes_over",
+        "renewal_extends",
+    ] {
+        assert_eq!(verdict(&safe, property), Verdict::Holds, "{property}");
+    }
+    for sibling in [
+        "keepalive-paused",
+        "keepalive-reply-deadline",
+        "keepalive-grace-outside",
+        "keepalive-late-start",
+        "keepalive-direct-child",
+        "keepalive-slow-clock",
+    ] {
+        let r = run(sibling, Params::sized(2, 1, 0), false);
+        assert_eq!(
+            verdict(&r, "work_stopped_before_successor"),
+            Verdict::Violated,
+            "{sibling}"
+        );
+        assert_eq!(
+            verdict(&r, "storage_in_lease_order"),
+            Verdict::Holds,
+            "{sibling}"
+        );
+    }
+}

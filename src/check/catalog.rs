@@ -3,8 +3,8 @@
 use super::run::CheckError;
 use super::run::{check_model, ModelRun, Options, Progress};
 use crate::models::{
-    check_before_write, fenced, idempotent_job, leader_election, redlock, token_reset, ttl_only,
-    CatalogModel, Declares, Mutant, Narrate, Params, PropertySpec, Symmetric,
+    check_before_write, fenced, idempotent_job, keepalive, leader_election, redlock, token_reset,
+    ttl_only, CatalogModel, Declares, Mutant, Narrate, Params, PropertySpec, Symmetric,
 };
 
 /// The largest sizes `check` accepts: beyond them an exhaustive search does not finish on a
@@ -197,6 +197,13 @@ pub fn catalog() -> &'static [ModelEntry] {
         entry!(idempotent_job::IdempotentJob),
         entry!(idempotent_job::AppendJob),
         entry!(idempotent_job::LockedAppendJob),
+        entry!(keepalive::Keepalive),
+        entry!(keepalive::KeepalivePaused),
+        entry!(keepalive::KeepaliveReplyDeadline),
+        entry!(keepalive::KeepaliveGraceOutside),
+        entry!(keepalive::KeepaliveLateStart),
+        entry!(keepalive::KeepaliveDirectChild),
+        entry!(keepalive::KeepaliveSlowClock),
     ];
     CATALOG
 }

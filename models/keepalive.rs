@@ -1,0 +1,851 @@
+//! The client side: one supervisor holding a lease for the work it runs (`fencecheck run`), checked
+//! on the library's own holder ([`crate::protocol::StopPolicy`], [`crate::protocol::Holder`]).
+//!
+//! The world: a lock service (the core `LeaseTable`, on the true clock), a supervisor whose clock
+//! may run slow by up to a declared bound, its work as a process with a child of its own, a
+//! successor that takes the lease as soon as the service lets it, fenced storage, and a network
+//! that delays every request and reply for as long as anything else takes. Time moves in ticks; a
+//! running supervisor acts on its timers before the next tick (a paused one does not).
+//!
+//! `work_stopped_before_successor` — no instant at which the holder's work or its child still
+//! runs while the successor holds a lease — holds for the holder as written. Each sibling is one
+//! mistake real lock clients shipped, fed to the same holder, with its minimal counterexample:
+//!
+//! | sibling | mistake | the report it stands for |
+//! |---|---|---|
+//! | `keepalive-paused` | the supervisor itself is paused (`run` cannot promise more; fencing still keeps the storage in order) | a GC pause or a stopped VM |
+//! | `keepalive-reply-deadline` | the deadline is dated from the reply's arrival, not the request's sending | kubernetes#44887 |
+//! | `keepalive-grace-outside` | the gentle stop comes at the deadline and the kill a grace period after it | `fencecheck run` before the holder |
+//! | `keepalive-late-start` | the work starts although the deadline has passed | `fencecheck run` before the holder (dead on arrival) |
+//! | `keepalive-direct-child` | only the direct child is signalled; its own child lives on | `fencecheck run` before process groups |
+//! | `keepalive-slow-clock` | the supervisor's clock runs slower than the drift margin allows | clock-rate bounds in every lease paper |
+
+use super::Symmetric;
+use super::{declared_properties, meaning, Declared, Declares, Expect, Narrate, Params, Step};
+use crate::protocol::{Acquire, Fence, Holder, LeaseOrder, LeaseTable, Phase, StopPolicy, Token};
+use stateright::{Expectation, Model, Property};
+use std::time::Duration;
+
+/// The mistake built into a sibling.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Flaw {
+    /// None: the holder as written, the supervisor never paused.
+    None,
+    /// The supervisor may be paused once, for any time.
+    PausedSupervisor,
+    /// The deadline is dated from the reply's arrival.
+    ReplyDeadline,
+    /// The stop schedule is shifted by one grace period: SIGTERM at the deadline, SIGKILL after it.
+    GraceOutside,
+    /// The work starts whatever the time left.
+    LateStart,
+    /// Signals reach the direct child only, and the lease is released when it exits.
+    DirectChild,
+    /// The supervisor's clock may fall behind by the whole drift margin.
+    SlowClock,
+}
+
+/// The model. Times are in ticks.
+#[derive(Clone, Debug)]
+pub struct KeepaliveModel {
+    /// The lease's TTL.
+    pub ttl: u64,
+    /// The drift margin the supervisor subtracts.
+    pub drift: u64,
+    /// Between the gentle and the forced stop.
+    pub grace: u64,
+    /// How far the supervisor's clock may fall behind the service's over the run.
+    pub max_lag: u8,
+    /// The last tick.
+    pub horizon: u8,
+    /// Renewals the supervisor may send.
+    pub renewals: u8,
+    /// The mistake built in.
+    pub flaw: Flaw,
+}
+
+impl KeepaliveModel {
+    /// The model with `flaw`, at the catalog's sizes: TTL 4, drift margin 2, grace 1, the clock
+    /// slow by up to 1 tick (2 with [`Flaw::SlowClock`]), one renewal, 9 ticks.
+    pub fn with(flaw: Flaw) -> Self {
+        KeepaliveModel {
+            ttl: 4,
+            drift: 2,
+            grace: 1,
+            max_lag: if flaw == Flaw::SlowClock { 2 } else { 1 },
+            horizon: 9,
+            renewals: 1,
+            flaw,
+        }
+    }
+
+    fn policy(&self) -> StopPolicy {
+        StopPolicy::new(ticks(self.ttl), ticks(self.drift), ticks(self.grace))
+            .expect("the catalog's margins fit in the TTL")
+    }
+
+    /// The safe deadline of a request sent at `sent` and answered at `now` (supervisor's clock).
+    fn deadline(&self, sent: u8, now: u8) -> Duration {
+        let from = if self.flaw == Flaw::ReplyDeadline {
+            now
+        } else {
+            sent
+        };
+        ticks(u64::from(from) + self.ttl - self.drift)
+    }
+}
+
+fn ticks(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// A process of the work.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Proc {
+    /// Not started.
+    Idle,
+    /// Running.
+    Running,
+    /// Sent SIGTERM; it may take any time to exit, or ignore it.
+    Terminating,
+    /// Gone.
+    Exited,
+}
+
+impl Proc {
+    fn alive(self) -> bool {
+        matches!(self, Proc::Running | Proc::Terminating)
+    }
+
+    fn term(&mut self) {
+        if *self == Proc::Running {
+            *self = Proc::Terminating;
+        }
+    }
+
+    fn kill(&mut self) {
+        if self.alive() {
+            *self = Proc::Exited;
+        }
+    }
+}
+
+/// A message between the supervisor and the lock service.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Msg {
+    /// Nothing in flight.
+    None,
+    /// A request sent at this time of the supervisor's clock, on its way to the service.
+    Request(u8),
+    /// The service's answer to a request sent at this time; `Some` on success.
+    Reply(u8, Option<Token>),
+}
+
+/// The supervisor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Supervisor {
+    /// Has not asked yet.
+    Idle,
+    /// Asked for the lease.
+    Asking,
+    /// Holds a lease for running work.
+    Holding {
+        /// The library's holder.
+        holder: Holder,
+        /// The lease's token.
+        token: Token,
+        /// Renewals it may still send.
+        renewals: u8,
+    },
+    /// Released the lease, or never started the work.
+    Done,
+}
+
+/// The successor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Successor {
+    /// Waiting for the lease.
+    Waiting,
+    /// Holds a lease with this token.
+    Holds(Token),
+    /// Holds it and has written.
+    Wrote(Token),
+}
+
+/// The state.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct KaState {
+    /// The true time (the lock service's clock).
+    pub now: u8,
+    /// How far the supervisor's clock is behind.
+    pub lag: u8,
+    /// Whether the supervisor is paused, and whether its one pause is used.
+    pub paused: bool,
+    /// The one pause has been taken.
+    pub pause_used: bool,
+    /// The lock service.
+    pub table: LeaseTable<u8>,
+    /// The supervisor.
+    pub supervisor: Supervisor,
+    /// Acquire request or reply in flight.
+    pub acquire: Msg,
+    /// Renewal request or reply in flight.
+    pub renew: Msg,
+    /// The work (the supervisor's direct child).
+    pub work: Proc,
+    /// The work's own child.
+    pub child: Proc,
+    /// The token of the lease the work runs under.
+    pub work_token: Option<Token>,
+    /// Whether the work has written to the storage.
+    pub work_wrote: bool,
+    /// The successor.
+    pub successor: Successor,
+    /// The storage's fence.
+    pub fence: Fence,
+    /// Ghost: `storage_in_lease_order` over the stored writes' tokens (one service: token order
+    /// is grant order).
+    pub lease_order: LeaseOrder<Token>,
+    /// Ghost: the holder's deadline was moved by a renewal.
+    pub renewed: bool,
+    /// Ghost: writes the fence refused.
+    pub refused: u8,
+    /// Ghost: the fence refused the work's write.
+    pub work_refused: bool,
+}
+
+impl KaState {
+    fn local(&self) -> u8 {
+        self.now - self.lag
+    }
+
+    /// A write with `token` reaches the storage; whether it was accepted.
+    fn store(&mut self, token: Token) -> bool {
+        let accepted = self.fence.admit(token).is_ok();
+        if accepted {
+            self.lease_order.accept(token);
+        } else {
+            self.refused += 1;
+        }
+        accepted
+    }
+
+    fn work_alive(&self) -> bool {
+        self.work.alive() || self.child.alive()
+    }
+
+    /// The supervisor's next timer step if it is due now.
+    fn due(&self) -> Option<crate::protocol::Step> {
+        let Supervisor::Holding { mut holder, .. } = self.supervisor else {
+            return None;
+        };
+        match holder.tick(ticks(u64::from(self.local()))) {
+            s @ (crate::protocol::Step::StopGently | crate::protocol::Step::ForceStop) => Some(s),
+            _ => None,
+        }
+    }
+}
+
+/// What happens next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum KaAction {
+    /// One tick passes; the supervisor's clock keeps up.
+    Tick,
+    /// One tick passes; the supervisor's clock stands still.
+    SlowTick,
+    /// The supervisor is paused.
+    Pause,
+    /// The supervisor resumes.
+    Resume,
+    /// The supervisor asks for the lease.
+    Ask,
+    /// The service answers the acquire request.
+    ServeAcquire,
+    /// The supervisor reads the acquire reply.
+    Granted,
+    /// The supervisor acts on its due timer (gentle or forced stop).
+    Timer,
+    /// The supervisor sends a renewal.
+    SendRenew,
+    /// The service answers the renewal.
+    ServeRenew,
+    /// The supervisor reads the renewal's reply.
+    Renewed,
+    /// The work exits (finished, or on SIGTERM).
+    WorkExits,
+    /// The work's child exits.
+    ChildExits,
+    /// The work writes with the lease's token.
+    WorkWrites,
+    /// The supervisor sees its work gone and releases the lease.
+    Release,
+    /// The successor takes the lease.
+    SuccessorTakes,
+    /// The successor writes with its token.
+    SuccessorWrites,
+}
+
+impl Model for KeepaliveModel {
+    type State = KaState;
+    type Action = KaAction;
+
+    fn init_states(&self) -> Vec<KaState> {
+        vec![KaState {
+            now: 0,
+            lag: 0,
+            paused: false,
+            pause_used: false,
+            table: LeaseTable::new(),
+            supervisor: Supervisor::Idle,
+            acquire: Msg::None,
+            renew: Msg::None,
+            work: Proc::Idle,
+            child: Proc::Idle,
+            work_token: None,
+            work_wrote: false,
+            successor: Successor::Waiting,
+            fence: Fence::fenced(),
+            lease_order: LeaseOrder::new(),
+            renewed: false,
+            refused: 0,
+            work_refused: false,
+        }]
+    }
+
+    fn actions(&self, s: &KaState, actions: &mut Vec<KaAction>) {
+        use KaAction::*;
+        let running = !s.paused;
+        // A running supervisor acts on a due timer before time moves on.
+        if s.now < self.horizon && (s.paused || s.due().is_none()) {
+            actions.push(Tick);
+            if s.lag < self.max_lag {
+                actions.push(SlowTick);
+            }
+        }
+        if self.flaw == Flaw::PausedSupervisor && !s.pause_used && s.work_alive() {
+            actions.push(Pause);
+        }
+        if s.paused {
+            actions.push(Resume);
+        }
+        if matches!(s.acquire, Msg::Request(_)) {
+            actions.push(ServeAcquire);
+        }
+        if matches!(s.renew, Msg::Request(_)) {
+            actions.push(ServeRenew);
+        }
+        if s.work.alive() {
+            actions.push(WorkExits);
+        }
+        if s.child.alive() {
+            actions.push(ChildExits);
+        }
+        if s.work_alive() && !s.work_wrote {
+            actions.push(WorkWrites);
+        }
+        match s.successor {
+            Successor::Waiting if s.table.holder(u64::from(s.now)).is_none() => {
+                actions.push(SuccessorTakes)
+            }
+            Successor::Holds(_) => actions.push(SuccessorWrites),
+            _ => {}
+        }
+        if !running {
+            return;
+        }
+        match s.supervisor {
+            Supervisor::Idle => actions.push(Ask),
+            Supervisor::Asking if matches!(s.acquire, Msg::Reply(..)) => actions.push(Granted),
+            Supervisor::Holding {
+                holder, renewals, ..
+            } => {
+                if s.due().is_some() {
+                    actions.push(Timer);
+                }
+                if holder.phase() == Phase::Working && renewals > 0 && s.renew == Msg::None {
+                    actions.push(SendRenew);
+                }
+                if matches!(s.renew, Msg::Reply(..)) {
+                    actions.push(Renewed);
+                }
+                let gone = if self.flaw == Flaw::DirectChild {
+                    !s.work.alive()
+                } else {
+                    !s.work_alive()
+                };
+                if gone {
+                    actions.push(Release);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn next_state(&self, s: &KaState, action: KaAction) -> Option<KaState> {
+        use KaAction::*;
+        let mut n = s.clone();
+        let now = u64::from(s.now);
+        let local = s.local();
+        match action {
+            Tick => n.now += 1,
+            SlowTick => {
+                n.now += 1;
+                n.lag += 1;
+            }
+            Pause => {
+                n.paused = true;
+                n.pause_used = true;
+            }
+            Resume => n.paused = false,
+            Ask => {
+                n.supervisor = Supervisor::Asking;
+                n.acquire = Msg::Request(local);
+            }
+            ServeAcquire => {
+                let Msg::Request(sent) = s.acquire else {
+                    return None;
+                };
+                let token = match n.table.acquire(0, now, self.ttl).ok()? {
+                    Acquire::Granted(lease) => Some(lease.token),
+                    Acquire::Busy { .. } => None,
+                };
+                n.acquire = Msg::Reply(sent, token);
+            }
+            Granted => {
+                let Msg::Reply(sent, token) = s.acquire else {
+                    return None;
+                };
+                n.acquire = Msg::None;
+                n.supervisor = Supervisor::Done;
+                let Some(token) = token else {
+                    return Some(n);
+                };
+                let policy = self.policy();
+                let deadline = self.deadline(sent, local);
+                let at = ticks(u64::from(local));
+                if policy.may_start(at, deadline) || self.flaw == Flaw::LateStart {
+                    let holder = if self.flaw == Flaw::GraceOutside {
+                        policy.holder(deadline + policy.grace())
+                    } else {
+                        policy.holder(deadline)
+                    };
+                    n.supervisor = Supervisor::Holding {
+                        holder,
+                        token,
+                        renewals: self.renewals,
+                    };
+                    n.work = Proc::Running;
+                    n.child = Proc::Running;
+                    n.work_token = Some(token);
+                } else {
+                    // Dead on arrival: nothing runs; the lease is handed back.
+                    let _ = n.table.release(&0, token);
+                }
+            }
+            Timer => {
+                let Supervisor::Holding { holder, .. } = &mut n.supervisor else {
+                    return None;
+                };
+                match holder.tick(ticks(u64::from(local))) {
+                    crate::protocol::Step::StopGently => {
+                        n.work.term();
+                        if self.flaw != Flaw::DirectChild {
+                            n.child.term();
+                        }
+                    }
+                    crate::protocol::Step::ForceStop => {
+                        n.work.kill();
+                        if self.flaw != Flaw::DirectChild {
+                            n.child.kill();
+                        }
+                    }
+                    _ => return None,
+                }
+            }
+            SendRenew => {
+                let Supervisor::Holding { renewals, .. } = &mut n.supervisor else {
+                    return None;
+                };
+                *renewals -= 1;
+                n.renew = Msg::Request(local);
+            }
+            ServeRenew => {
+                let (Msg::Request(sent), Supervisor::Holding { token, .. }) =
+                    (s.renew, s.supervisor)
+                else {
+                    return None;
+                };
+                let ok = n
+                    .table
+                    .extend(&0, token, now, self.ttl)
+                    .ok()
+                    .map(|l| l.token);
+                n.renew = Msg::Reply(sent, ok);
+            }
+            Renewed => {
+                let Msg::Reply(sent, ok) = s.renew else {
+                    return None;
+                };
+                n.renew = Msg::None;
+                let deadline = self.deadline(sent, local);
+                let Supervisor::Holding { holder, .. } = &mut n.supervisor else {
+                    return None;
+                };
+                if ok.is_some() {
+                    let before = holder.deadline();
+                    holder.renewed(if self.flaw == Flaw::GraceOutside {
+                        deadline + ticks(self.grace)
+                    } else {
+                        deadline
+                    });
+                    n.renewed |= holder.deadline() > before;
+                } else {
+                    holder.revoked(ticks(u64::from(local)));
+                }
+            }
+            WorkExits => n.work = Proc::Exited,
+            ChildExits => n.child = Proc::Exited,
+            WorkWrites => {
+                let token = s.work_token?;
+                n.work_wrote = true;
+                n.work_refused = !n.store(token);
+            }
+            Release => {
+                let Supervisor::Holding { token, .. } = s.supervisor else {
+                    return None;
+                };
+                // Leftovers of the work are killed with the group before the release.
+                if self.flaw != Flaw::DirectChild {
+                    n.child.kill();
+                }
+                let _ = n.table.release(&0, token);
+                n.supervisor = Supervisor::Done;
+            }
+            SuccessorTakes => {
+                let Acquire::Granted(lease) = n.table.acquire(1, now, self.ttl).ok()? else {
+                    return None;
+                };
+                n.successor = Successor::Holds(lease.token);
+            }
+            SuccessorWrites => {
+                let Successor::Holds(token) = s.successor else {
+                    return None;
+                };
+                n.successor = Successor::Wrote(token);
+                n.store(token);
+            }
+        }
+        Some(n)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        declared_properties(self)
+    }
+}
+
+impl Narrate for KeepaliveModel {
+    fn narrate(&self, s: &KaState, action: &KaAction, n: &KaState) -> Step {
+        use KaAction::*;
+        let t = s.now;
+        let clock = |st: &KaState| st.local();
+        let step = |from: &str, to: &str, text: String| Step {
+            from: from.into(),
+            to: to.into(),
+            text: format!("t={t}: {text}"),
+        };
+        let verdict = if n.refused > s.refused {
+            "refused"
+        } else {
+            "accepted"
+        };
+        let group = if self.flaw == Flaw::DirectChild {
+            "the work only (its child is not signalled)"
+        } else {
+            "the work's process group"
+        };
+        let expiry = |st: &KaState| {
+            st.table
+                .current()
+                .map_or(String::new(), |l| format!(" until t={}", l.expires_at))
+        };
+        match action {
+            Tick => step(
+                "clock",
+                "clock",
+                format!("a tick passes (supervisor's clock {})", clock(n)),
+            ),
+            SlowTick => step(
+                "clock",
+                "clock",
+                format!(
+                    "a tick passes; the supervisor's clock stands still at {}",
+                    clock(n)
+                ),
+            ),
+            Pause => step(
+                "supervisor",
+                "supervisor",
+                "the supervisor is paused (GC pause, SIGSTOP, stopped VM)".into(),
+            ),
+            Resume => step("supervisor", "supervisor", "the supervisor resumes".into()),
+            Ask => step(
+                "supervisor",
+                "lock-service",
+                format!("supervisor asks for the lease at its clock {}", clock(s)),
+            ),
+            ServeAcquire => match n.acquire {
+                Msg::Reply(_, Some(token)) => step(
+                    "lock-service",
+                    "supervisor",
+                    format!("lock service grants the lease (token {token}){}", expiry(n)),
+                ),
+                _ => step(
+                    "lock-service",
+                    "supervisor",
+                    "lock service refuses: the successor holds the lease".into(),
+                ),
+            },
+            Granted => {
+                let Msg::Reply(sent, token) = s.acquire else {
+                    unreachable!("a reply is read")
+                };
+                let text = match (token, n.supervisor) {
+                    (None, _) => "supervisor reads the refusal: runs nothing".to_string(),
+                    (Some(_), Supervisor::Holding { holder, .. }) => format!(
+                        "supervisor reads the grant sent at its clock {sent}: deadline {}, \
+                         SIGTERM at {}, SIGKILL at {}; starts the work and its child",
+                        holder.deadline().as_millis(),
+                        holder.stop_at().as_millis(),
+                        holder.force_stop_at().as_millis()
+                    ),
+                    (Some(_), _) => format!(
+                        "supervisor reads the grant sent at its clock {sent}: deadline {} leaves \
+                         no time at its clock {}; runs nothing and releases",
+                        self.deadline(sent, clock(s)).as_millis(),
+                        clock(s)
+                    ),
+                };
+                step("supervisor", "work", text)
+            }
+            Timer => {
+                let killed = matches!(
+                    n.supervisor,
+                    Supervisor::Holding { holder, .. } if holder.phase() == Phase::Killed
+                );
+                let signal = if killed { "SIGKILL" } else { "SIGTERM" };
+                step(
+                    "supervisor",
+                    "work",
+                    format!("supervisor's clock reads {}: {signal} to {group}", clock(s)),
+                )
+            }
+            SendRenew => step(
+                "supervisor",
+                "lock-service",
+                format!("supervisor sends a renewal at its clock {}", clock(s)),
+            ),
+            ServeRenew => match n.renew {
+                Msg::Reply(_, Some(_)) => step(
+                    "lock-service",
+                    "supervisor",
+                    format!("lock service extends the lease{}", expiry(n)),
+                ),
+                _ => step(
+                    "lock-service",
+                    "supervisor",
+                    "lock service refuses the renewal: the lease is gone".into(),
+                ),
+            },
+            Renewed => {
+                let text = match (s.renew, n.supervisor) {
+                    (Msg::Reply(_, Some(_)), Supervisor::Holding { holder, .. }) => format!(
+                        "supervisor reads the renewal: deadline {}",
+                        holder.deadline().as_millis()
+                    ),
+                    (_, Supervisor::Holding { holder, .. }) => format!(
+                        "supervisor reads the refusal: stops the work now, kills it by {}",
+                        holder.force_stop_at().as_millis()
+                    ),
+                    _ => "supervisor reads the renewal".into(),
+                };
+                step("supervisor", "supervisor", text)
+            }
+            WorkExits => step("work", "supervisor", "the work exits".into()),
+            ChildExits => step("work", "work", "the work's child exits".into()),
+            WorkWrites => {
+                let token = s.work_token.map_or(0, Token::get);
+                step(
+                    "work",
+                    "storage",
+                    format!("the work writes with token {token}: {verdict}"),
+                )
+            }
+            Release => step(
+                "supervisor",
+                "lock-service",
+                "the work has exited: supervisor releases the lease".into(),
+            ),
+            SuccessorTakes => {
+                let token = match n.successor {
+                    Successor::Holds(t) | Successor::Wrote(t) => t.get(),
+                    Successor::Waiting => 0,
+                };
+                step(
+                    "successor",
+                    "lock-service",
+                    format!("successor takes the lease (token {token}){}", expiry(n)),
+                )
+            }
+            SuccessorWrites => step(
+                "successor",
+                "storage",
+                format!("successor writes: {verdict}"),
+            ),
+        }
+    }
+}
+
+impl Symmetric for KeepaliveModel {
+    const REDUCES: bool = false;
+
+    fn representative(state: &KaState) -> KaState {
+        state.clone()
+    }
+}
+
+/// The successor holds a lease granted after the one the holder's work runs under.
+fn successor_later(s: &KaState) -> bool {
+    match (s.successor, s.work_token) {
+        (Successor::Holds(t) | Successor::Wrote(t), Some(work)) => t > work,
+        _ => false,
+    }
+}
+
+/// Every property of the keepalive models, declared once.
+const DECLARED: &[Declared<KeepaliveModel>] = &[
+    Declared {
+        name: "work_stopped_before_successor",
+        kind: Expectation::Always,
+        meaning: meaning::WORK_STOPPED_BEFORE_SUCCESSOR,
+        expect: Expect::When {
+            rule: "holds for the holder as written; violated by every sibling's mistake",
+            when: |m| {
+                if m.flaw == Flaw::None {
+                    super::Expected::Holds
+                } else {
+                    super::Expected::Violated
+                }
+            },
+        },
+        condition: |_: &KeepaliveModel, s: &KaState| !(successor_later(s) && s.work_alive()),
+    },
+    Declared {
+        name: "storage_in_lease_order",
+        kind: Expectation::Always,
+        meaning: meaning::STORAGE_IN_LEASE_ORDER,
+        expect: Expect::Holds,
+        condition: |_: &KeepaliveModel, s: &KaState| s.lease_order.holds(),
+    },
+    Declared {
+        name: "successor_takes_over",
+        kind: Expectation::Sometimes,
+        meaning: "the successor takes the lease after the holder's work ran",
+        expect: Expect::Holds,
+        condition: |_: &KeepaliveModel, s: &KaState| successor_later(s),
+    },
+    Declared {
+        name: "renewal_extends",
+        kind: Expectation::Sometimes,
+        meaning: "a renewal moves the holder's deadline",
+        expect: Expect::Holds,
+        condition: |_: &KeepaliveModel, s: &KaState| s.renewed,
+    },
+    Declared {
+        name: "fence_refuses_late_write",
+        kind: Expectation::Sometimes,
+        meaning: "the storage refuses a write of the holder's work after the successor's",
+        expect: Expect::When {
+            rule: "only where the work can outlive its lease (every sibling)",
+            when: |m| {
+                if m.flaw == Flaw::None {
+                    super::Expected::Violated
+                } else {
+                    super::Expected::Holds
+                }
+            },
+        },
+        condition: |_: &KeepaliveModel, s: &KaState| s.work_refused,
+    },
+];
+
+impl Declares for KeepaliveModel {
+    fn declarations(&self) -> &'static [Declared<Self>] {
+        DECLARED
+    }
+}
+
+macro_rules! keepalive_entry {
+    ($(#[$doc:meta])* $ty:ident, $name:expr, $summary:expr, $flaw:expr) => {
+        catalog_entry! {
+            $(#[$doc])*
+            $ty: KeepaliveModel {
+                name: $name,
+                summary: $summary,
+                clients: 2..=2,
+                mutants: &[],
+                defaults: Params::sized(2, 1, 0),
+                build: |_p| KeepaliveModel::with($flaw),
+            }
+        }
+    };
+}
+
+keepalive_entry!(
+    /// The holder as written.
+    Keepalive,
+    "keepalive",
+    "a supervisor holds a lease for its work: deadline from the send time, stop inside the lease",
+    Flaw::None
+);
+keepalive_entry!(
+    /// The supervisor itself paused.
+    KeepalivePaused,
+    "keepalive-paused",
+    "the same supervisor, paused: its work outlives the lease, fencing keeps the storage in order",
+    Flaw::PausedSupervisor
+);
+keepalive_entry!(
+    /// Deadline from the reply's arrival.
+    KeepaliveReplyDeadline,
+    "keepalive-reply-deadline",
+    "the deadline is dated from the reply's arrival (kubernetes#44887)",
+    Flaw::ReplyDeadline
+);
+keepalive_entry!(
+    /// The grace period outside the lease.
+    KeepaliveGraceOutside,
+    "keepalive-grace-outside",
+    "SIGTERM at the deadline, SIGKILL a grace period after it",
+    Flaw::GraceOutside
+);
+keepalive_entry!(
+    /// Work started after its deadline.
+    KeepaliveLateStart,
+    "keepalive-late-start",
+    "the work starts although the lease's deadline has passed",
+    Flaw::LateStart
+);
+keepalive_entry!(
+    /// Direct child only.
+    KeepaliveDirectChild,
+    "keepalive-direct-child",
+    "signals reach the direct child only; its own child lives on",
+    Flaw::DirectChild
+);
+keepalive_entry!(
+    /// A clock slower than the margin.
+    KeepaliveSlowClock,
+    "keepalive-slow-clock",
+    "the supervisor's clock falls behind by the whole drift margin",
+    Flaw::SlowClock
+);
