@@ -8,7 +8,7 @@
 //! running supervisor acts on its timers before the next tick (a paused one does not).
 //!
 //! `work_stopped_before_successor` — no instant at which the holder's work or its child still
-//! runs while the successor holds a lease — holds for the holder as written. Each sibling is one
+//! runs while the successor holds a later lease — holds for the holder as written. Each sibling is one
 //! mistake real lock clients shipped, fed to the same holder, with its minimal counterexample:
 //!
 //! | sibling | mistake | the report it stands for |
@@ -19,7 +19,11 @@
 //! | `keepalive-late-start` | the work starts although the deadline has passed | `fencecheck run` before the holder (dead on arrival) |
 //! | `keepalive-direct-child` | only the direct child is signalled; its own child lives on | `fencecheck run` before process groups |
 //! | `keepalive-slow-clock` | the supervisor's clock runs slower than the drift margin allows | clock-rate bounds in every lease paper |
-
+//! | `keepalive-stale-release` | a retried release names the owner, not the lease, and frees its next lease | etcd#22082 |
+//!
+//! `keepalive-silent-reacquire` (an extend that takes an expired lease again, redis-semaphore#175)
+//! is exercised but harmless here: the reply arrives after the server's expiry, so after the
+//! holder's send-time deadline, by which the work has been killed.
 use super::Symmetric;
 use super::{declared_properties, meaning, Declared, Declares, Expect, Narrate, Params, Step};
 use crate::protocol::{Acquire, Fence, Holder, LeaseOrder, LeaseTable, Phase, StopPolicy, Token};
@@ -43,6 +47,12 @@ pub enum Flaw {
     DirectChild,
     /// The supervisor's clock may fall behind by the whole drift margin.
     SlowClock,
+    /// The release names the owner, not the lease, and is retried: a late copy frees the owner's
+    /// next lease.
+    StaleRelease,
+    /// A renewal that reaches the service after the lease expired takes the lease again instead
+    /// of being refused.
+    SilentReacquire,
 }
 
 /// The model. Times are in ticks.
@@ -58,15 +68,18 @@ pub struct KeepaliveModel {
     pub max_lag: u8,
     /// The last tick.
     pub horizon: u8,
-    /// Renewals the supervisor may send.
+    /// Renewals the supervisor may send per lease.
     pub renewals: u8,
+    /// Jobs the supervisor runs one after another, each under its own lease.
+    pub jobs: u8,
     /// The mistake built in.
     pub flaw: Flaw,
 }
 
 impl KeepaliveModel {
     /// The model with `flaw`, at the catalog's sizes: TTL 4, drift margin 2, grace 1, the clock
-    /// slow by up to 1 tick (2 with [`Flaw::SlowClock`]), one renewal, 9 ticks.
+    /// slow by up to 1 tick (2 with [`Flaw::SlowClock`]), one renewal, 9 ticks, one job (two with
+    /// [`Flaw::StaleRelease`], whose release can only free a later lease).
     pub fn with(flaw: Flaw) -> Self {
         KeepaliveModel {
             ttl: 4,
@@ -75,6 +88,7 @@ impl KeepaliveModel {
             max_lag: if flaw == Flaw::SlowClock { 2 } else { 1 },
             horizon: 9,
             renewals: 1,
+            jobs: if flaw == Flaw::StaleRelease { 2 } else { 1 },
             flaw,
         }
     }
@@ -157,8 +171,6 @@ pub enum Supervisor {
         /// Renewals it may still send.
         renewals: u8,
     },
-    /// Released the lease, or never started the work.
-    Done,
 }
 
 /// The successor.
@@ -191,6 +203,12 @@ pub struct KaState {
     pub acquire: Msg,
     /// Renewal request or reply in flight.
     pub renew: Msg,
+    /// A release in flight, naming the lease's token.
+    pub release: Option<Token>,
+    /// The late copy of a retried release, still in flight after the first was answered.
+    pub late_release: Option<Token>,
+    /// Jobs the supervisor has still to run.
+    pub jobs: u8,
     /// The work (the supervisor's direct child).
     pub work: Proc,
     /// The work's own child.
@@ -212,6 +230,9 @@ pub struct KaState {
     pub refused: u8,
     /// Ghost: the fence refused the work's write.
     pub work_refused: bool,
+    /// Ghost: a renewal that reached the service after the lease expired was answered with
+    /// success.
+    pub late_renewal: bool,
 }
 
 impl KaState {
@@ -279,6 +300,10 @@ pub enum KaAction {
     WorkWrites,
     /// The supervisor sees its work gone and releases the lease.
     Release,
+    /// The service handles a release.
+    ServeRelease,
+    /// The service handles the late copy of a retried release.
+    ServeLateRelease,
     /// The successor takes the lease.
     SuccessorTakes,
     /// The successor writes with its token.
@@ -299,6 +324,9 @@ impl Model for KeepaliveModel {
             supervisor: Supervisor::Idle,
             acquire: Msg::None,
             renew: Msg::None,
+            release: None,
+            late_release: None,
+            jobs: self.jobs,
             work: Proc::Idle,
             child: Proc::Idle,
             work_token: None,
@@ -309,6 +337,7 @@ impl Model for KeepaliveModel {
             renewed: false,
             refused: 0,
             work_refused: false,
+            late_renewal: false,
         }]
     }
 
@@ -334,6 +363,12 @@ impl Model for KeepaliveModel {
         if matches!(s.renew, Msg::Request(_)) {
             actions.push(ServeRenew);
         }
+        if s.release.is_some() {
+            actions.push(ServeRelease);
+        }
+        if s.late_release.is_some() {
+            actions.push(ServeLateRelease);
+        }
         if s.work.alive() {
             actions.push(WorkExits);
         }
@@ -354,7 +389,8 @@ impl Model for KeepaliveModel {
             return;
         }
         match s.supervisor {
-            Supervisor::Idle => actions.push(Ask),
+            // The next job starts once the last release was answered.
+            Supervisor::Idle if s.jobs > 0 && s.release.is_none() => actions.push(Ask),
             Supervisor::Asking if matches!(s.acquire, Msg::Reply(..)) => actions.push(Granted),
             Supervisor::Holding {
                 holder, renewals, ..
@@ -398,6 +434,7 @@ impl Model for KeepaliveModel {
             }
             Resume => n.paused = false,
             Ask => {
+                n.jobs -= 1;
                 n.supervisor = Supervisor::Asking;
                 n.acquire = Msg::Request(local);
             }
@@ -416,7 +453,7 @@ impl Model for KeepaliveModel {
                     return None;
                 };
                 n.acquire = Msg::None;
-                n.supervisor = Supervisor::Done;
+                n.supervisor = Supervisor::Idle;
                 let Some(token) = token else {
                     return Some(n);
                 };
@@ -439,7 +476,7 @@ impl Model for KeepaliveModel {
                     n.work_token = Some(token);
                 } else {
                     // Dead on arrival: nothing runs; the lease is handed back.
-                    let _ = n.table.release(&0, token);
+                    n.release = Some(token);
                 }
             }
             Timer => {
@@ -475,11 +512,18 @@ impl Model for KeepaliveModel {
                 else {
                     return None;
                 };
-                let ok = n
+                let mut ok = n
                     .table
                     .extend(&0, token, now, self.ttl)
                     .ok()
                     .map(|l| l.token);
+                if ok.is_none() && self.flaw == Flaw::SilentReacquire {
+                    // The extend script's fallback: take the key again if it is free.
+                    if let Ok(Acquire::Granted(lease)) = n.table.acquire(0, now, self.ttl) {
+                        ok = Some(lease.token);
+                        n.late_renewal = true;
+                    }
+                }
                 n.renew = Msg::Reply(sent, ok);
             }
             Renewed => {
@@ -518,8 +562,28 @@ impl Model for KeepaliveModel {
                 if self.flaw != Flaw::DirectChild {
                     n.child.kill();
                 }
-                let _ = n.table.release(&0, token);
-                n.supervisor = Supervisor::Done;
+                n.release = Some(token);
+                if self.flaw == Flaw::StaleRelease {
+                    n.late_release = Some(token);
+                }
+                n.supervisor = Supervisor::Idle;
+            }
+            ServeRelease | ServeLateRelease => {
+                let token = if action == ServeRelease {
+                    n.release.take()?
+                } else {
+                    n.late_release.take()?
+                };
+                if self.flaw == Flaw::StaleRelease {
+                    // Whatever lease the owner holds now.
+                    let current = n.table.current().filter(|l| l.owner == 0).map(|l| l.token);
+                    if let Some(current) = current {
+                        let _ = n.table.release(&0, current);
+                    }
+                } else {
+                    // Only the lease it names; a newer one refuses.
+                    let _ = n.table.release(&0, token);
+                }
             }
             SuccessorTakes => {
                 let Acquire::Granted(lease) = n.table.acquire(1, now, self.ttl).ok()? else {
@@ -680,11 +744,42 @@ impl Narrate for KeepaliveModel {
                     format!("the work writes with token {token}: {verdict}"),
                 )
             }
-            Release => step(
-                "supervisor",
-                "lock-service",
-                "the work has exited: supervisor releases the lease".into(),
-            ),
+            Release => {
+                let retried = if self.flaw == Flaw::StaleRelease {
+                    " (the request times out and is sent again)"
+                } else {
+                    ""
+                };
+                step(
+                    "supervisor",
+                    "lock-service",
+                    format!("the work has exited: supervisor releases the lease{retried}"),
+                )
+            }
+            ServeRelease | ServeLateRelease => {
+                let token = if *action == ServeRelease {
+                    s.release
+                } else {
+                    s.late_release
+                }
+                .map_or(0, Token::get);
+                let freed = match (s.table.current(), n.table.current()) {
+                    (Some(l), None) => format!("frees the lease with token {}", l.token),
+                    _ => "frees nothing".to_string(),
+                };
+                step(
+                    "lock-service",
+                    "lock-service",
+                    format!(
+                        "lock service handles {}release of token {token}: {freed}",
+                        if *action == ServeRelease {
+                            "a "
+                        } else {
+                            "the late copy of the "
+                        }
+                    ),
+                )
+            }
             SuccessorTakes => {
                 let token = match n.successor {
                     Successor::Holds(t) | Successor::Wrote(t) => t.get(),
@@ -728,9 +823,11 @@ const DECLARED: &[Declared<KeepaliveModel>] = &[
         kind: Expectation::Always,
         meaning: meaning::WORK_STOPPED_BEFORE_SUCCESSOR,
         expect: Expect::When {
-            rule: "holds for the holder as written; violated by every sibling's mistake",
+            rule: "holds for the holder as written and with a re-acquiring extend (the late \
+                   reply finds the work already stopped by its send-time deadline); violated by \
+                   every other sibling's mistake",
             when: |m| {
-                if m.flaw == Flaw::None {
+                if matches!(m.flaw, Flaw::None | Flaw::SilentReacquire) {
                     super::Expected::Holds
                 } else {
                     super::Expected::Violated
@@ -765,9 +862,9 @@ const DECLARED: &[Declared<KeepaliveModel>] = &[
         kind: Expectation::Sometimes,
         meaning: "the storage refuses a write of the holder's work after the successor's",
         expect: Expect::When {
-            rule: "only where the work can outlive its lease (every sibling)",
+            rule: "only where the work can outlive its lease",
             when: |m| {
-                if m.flaw == Flaw::None {
+                if matches!(m.flaw, Flaw::None | Flaw::SilentReacquire) {
                     super::Expected::Violated
                 } else {
                     super::Expected::Holds
@@ -775,6 +872,22 @@ const DECLARED: &[Declared<KeepaliveModel>] = &[
             },
         },
         condition: |_: &KeepaliveModel, s: &KaState| s.work_refused,
+    },
+    Declared {
+        name: "late_renewal_succeeds",
+        kind: Expectation::Sometimes,
+        meaning: "a renewal reaching the service after the lease expired is answered with success",
+        expect: Expect::When {
+            rule: "only with a re-acquiring extend",
+            when: |m| {
+                if m.flaw == Flaw::SilentReacquire {
+                    super::Expected::Holds
+                } else {
+                    super::Expected::Violated
+                }
+            },
+        },
+        condition: |_: &KeepaliveModel, s: &KaState| s.late_renewal,
     },
 ];
 
@@ -848,4 +961,18 @@ keepalive_entry!(
     "keepalive-slow-clock",
     "the supervisor's clock falls behind by the whole drift margin",
     Flaw::SlowClock
+);
+keepalive_entry!(
+    /// A retried release that names the owner.
+    KeepaliveStaleRelease,
+    "keepalive-stale-release",
+    "a retried release names the owner, not the lease: its late copy frees the next lease (etcd#22082)",
+    Flaw::StaleRelease
+);
+keepalive_entry!(
+    /// An extend that re-acquires.
+    KeepaliveSilentReacquire,
+    "keepalive-silent-reacquire",
+    "a renewal arriving after expiry takes the lease again instead of failing (redis-semaphore#175)",
+    Flaw::SilentReacquire
 );

@@ -70,13 +70,15 @@ fn pinned_state_counts_at_two_sizes() {
         ("append-job", 3, 27),
         ("locked-append-job", 2, 24),
         ("locked-append-job", 3, 134),
-        ("keepalive", 2, 33_582),
-        ("keepalive-paused", 2, 238_480),
-        ("keepalive-reply-deadline", 2, 77_662),
-        ("keepalive-grace-outside", 2, 44_125),
-        ("keepalive-late-start", 2, 114_485),
-        ("keepalive-direct-child", 2, 52_430),
-        ("keepalive-slow-clock", 2, 55_662),
+        ("keepalive", 2, 38_988),
+        ("keepalive-paused", 2, 252_127),
+        ("keepalive-reply-deadline", 2, 85_774),
+        ("keepalive-grace-outside", 2, 50_372),
+        ("keepalive-late-start", 2, 122_336),
+        ("keepalive-direct-child", 2, 63_952),
+        ("keepalive-slow-clock", 2, 64_149),
+        ("keepalive-stale-release", 2, 1_077_032),
+        ("keepalive-silent-reacquire", 2, 40_433),
     ];
     for &(model, clients, states) in pinned {
         assert_eq!(
@@ -87,7 +89,7 @@ fn pinned_state_counts_at_two_sizes() {
     }
     // The keepalive models have one holder and one successor; their second size is a shorter
     // run (7 ticks), counted on the model itself.
-    for (flaw, states) in [(Flaw::None, 18_156), (Flaw::PausedSupervisor, 102_344)] {
+    for (flaw, states) in [(Flaw::None, 20_667), (Flaw::PausedSupervisor, 108_397)] {
         let model = KeepaliveModel {
             horizon: 7,
             ..KeepaliveModel::with(flaw)
@@ -141,8 +143,10 @@ fn shortest_counterexamples_at_the_defaults() {
          "t=4: successor takes the lease (token 2) until t=8"),
         ("keepalive-late-start", "work_stopped_before_successor", 8,
          "t=4: supervisor reads the grant sent at its clock 0: deadline 2, SIGTERM at 1, SIGKILL at 2; starts the work and its child"),
-        ("keepalive-direct-child", "work_stopped_before_successor", 6,
+        ("keepalive-direct-child", "work_stopped_before_successor", 7,
          "t=0: successor takes the lease (token 2) until t=4"),
+        ("keepalive-stale-release", "work_stopped_before_successor", 12,
+         "t=0: supervisor reads the grant sent at its clock 0: deadline 2, SIGTERM at 1, SIGKILL at 2; starts the work and its child"),
         ("keepalive-slow-clock", "work_stopped_before_successor", 9,
          "t=4: successor takes the lease (token 2) until t=8"),
     ];
@@ -235,6 +239,14 @@ fn negative_controls_flip_the_verdicts() {
     let paused = run("keepalive-paused", None, None);
     assert_eq!(verdict(&paused, "fence_refuses_late_write"), Verdict::Holds);
     assert_eq!(verdict(&paused, "storage_in_lease_order"), Verdict::Holds);
+    // A re-acquiring extend is exercised (a late renewal succeeds) and still cannot keep the work
+    // past its lease: the holder's send-time deadline has stopped it before the reply arrives.
+    let reacquire = run("keepalive-silent-reacquire", None, None);
+    assert_eq!(verdict(&reacquire, "late_renewal_succeeds"), Verdict::Holds);
+    assert_eq!(
+        verdict(&reacquire, "work_stopped_before_successor"),
+        Verdict::Holds
+    );
     // Within one model: the fenced storage holds where the plain one fails.
     let cbw = run("check-before-write", None, None);
     assert_eq!(
@@ -249,7 +261,7 @@ fn negative_controls_flip_the_verdicts() {
 
 #[test]
 fn the_whole_catalog_is_checked_and_every_verdict_matches() {
-    assert_eq!(catalog().len(), 22);
+    assert_eq!(catalog().len(), 24);
     for entry in catalog() {
         let r = (entry.check)(&(entry.defaults)(), &Options::default(), &mut |_| {})
             .expect("the checker accepts the model");

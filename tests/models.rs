@@ -291,6 +291,29 @@ fn a_cut_short_search_is_incomplete_never_holds() {
     }
 }
 
+/// Two jobs in a row with releases that name their lease: no release frees the next lease (the
+/// control for `keepalive-stale-release`, whose releases name the owner).
+#[test]
+fn keepalive_two_jobs_with_token_releases() {
+    use fencecheck::models::keepalive::{Flaw, KeepaliveModel};
+    for (flaw, violated) in [(Flaw::None, false), (Flaw::StaleRelease, true)] {
+        let model = KeepaliveModel {
+            jobs: 2,
+            ..KeepaliveModel::with(flaw)
+        };
+        let checker = model.checker().spawn_dfs().join();
+        assert!(checker.is_done());
+        assert_eq!(
+            checker.discovery("work_stopped_before_successor").is_some(),
+            violated,
+            "{flaw:?}"
+        );
+        if !violated {
+            assert_eq!(checker.unique_state_count(), 356_342);
+        }
+    }
+}
+
 /// The client side: the library's holder keeps the work inside the lease in the `keepalive`
 /// world, and every sibling's mistake, fed to the same holder, is caught. (These run in the
 /// mutation tests' judging set, so a change to `protocol::holder` that lets work outlive its
@@ -314,6 +337,7 @@ fn keepalive_holder_keeps_the_work_inside_the_lease() {
         "keepalive-late-start",
         "keepalive-direct-child",
         "keepalive-slow-clock",
+        "keepalive-stale-release",
     ] {
         let r = run(sibling, Params::sized(2, 1, 0), false);
         assert_eq!(

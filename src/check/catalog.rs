@@ -204,6 +204,8 @@ pub fn catalog() -> &'static [ModelEntry] {
         entry!(keepalive::KeepaliveLateStart),
         entry!(keepalive::KeepaliveDirectChild),
         entry!(keepalive::KeepaliveSlowClock),
+        entry!(keepalive::KeepaliveStaleRelease),
+        entry!(keepalive::KeepaliveSilentReacquire),
     ];
     CATALOG
 }
