@@ -126,7 +126,10 @@ async fn serve(s: Settings) -> Result<(), String> {
             "acquire" => match lock.acquire(&s.owner, Duration::from_secs(30)).await {
                 Ok(Some(g)) => {
                     say(format!("GRANTED {}", g.token));
-                    held = Some(hold(Arc::clone(&lock), g, KeepaliveOptions::default()));
+                    match hold(Arc::clone(&lock), g, KeepaliveOptions::default()) {
+                        Ok(h) => held = Some(h),
+                        Err(e) => say(format!("ERROR {e}")),
+                    }
                 }
                 Ok(None) => say("BUSY".into()),
                 Err(e) => say(format!("ERROR {e}")),

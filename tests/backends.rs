@@ -278,8 +278,9 @@ async fn deadline_within_server_lease(stamp_on_reply: bool) -> bool {
     let options = KeepaliveOptions {
         every: Some(Duration::from_secs(60)),
         drift: Some(Duration::from_millis(5)),
+        grace: None,
     };
-    let held = hold(Arc::clone(&lock), grant, options);
+    let held = hold(Arc::clone(&lock), grant, options).expect("the schedule fits");
     held.deadline() <= sent + ttl
 }
 
@@ -302,7 +303,8 @@ async fn keepalive_renews_and_signals_loss() {
     };
     let lock = Arc::new(RedisLock::connect_with(&redis.url(), "ka", ttl, options).unwrap());
     let grant = granted(lock.try_acquire("a").await.unwrap());
-    let mut held = hold(Arc::clone(&lock), grant, KeepaliveOptions::default());
+    let mut held =
+        hold(Arc::clone(&lock), grant, KeepaliveOptions::default()).expect("the schedule fits");
     // Held across several TTLs by renewals alone.
     tokio::time::sleep(ttl * 4).await;
     assert!(!held.is_lost(), "{:?}", held.lost_reason());
@@ -333,7 +335,8 @@ async fn keepalive_renews_and_signals_loss() {
     // The server stops answering: renewals time out and the deadline ends the lease, no later
     // than the last successful request's send time + ttl.
     let grant = granted(lock.try_acquire("c").await.unwrap());
-    let mut held = hold(Arc::clone(&lock), grant, KeepaliveOptions::default());
+    let mut held =
+        hold(Arc::clone(&lock), grant, KeepaliveOptions::default()).expect("the schedule fits");
     tokio::time::sleep(Duration::from_millis(150)).await;
     let pid = redis.pid().unwrap();
     fencecheck_testkit::signal(pid, libc::SIGSTOP).unwrap();

@@ -173,9 +173,26 @@ fn stalled_renewals_stop_a_slow_command_before_the_server_expires_the_lease() {
         // Stall the server: renewals get no answer (the connection stays open).
         let pid = redis.pid().unwrap();
         signal(pid, libc::SIGSTOP).unwrap();
+        if !escape {
+            // The stall ends once the job has stopped: `run` then still frees the lease it holds
+            // on the server (the renewals queued in the stall extended it) instead of leaving it
+            // to expire; "released" is printed only when the server deleted our token's key.
+            read_when_written(&ended);
+            signal(pid, libc::SIGCONT).unwrap();
+        }
         let out = run.wait_with_output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
         assert_eq!(out.status.code(), Some(76), "{stderr}");
+        if !escape {
+            let exists: i64 = redis::cmd("EXISTS")
+                .arg(lock_key(&name))
+                .query(&mut redis_conn(&url))
+                .unwrap();
+            assert!(
+                stderr.contains("released the lease") && exists == 0,
+                "{stderr}"
+            );
+        }
         if escape {
             // The control: the same records show a job that outlives the lease.
             while (now_ms() as i64) < expires_ms + 100 {

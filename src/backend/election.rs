@@ -41,14 +41,20 @@ impl<L: LockService + 'static> LeaderElection<L> {
         candidate: &str,
         timeout: Duration,
     ) -> Result<Option<Leadership<L>>, BackendError> {
-        Ok(self
-            .lock
-            .acquire(candidate, timeout)
-            .await?
-            .map(|grant| Leadership {
+        let Some(grant) = self.lock.acquire(candidate, timeout).await? else {
+            return Ok(None);
+        };
+        let (owner, token) = (grant.owner.clone(), grant.token);
+        match hold(Arc::clone(&self.lock), grant, self.keepalive) {
+            Ok(held) => Ok(Some(Leadership {
                 lock: Arc::clone(&self.lock),
-                held: hold(Arc::clone(&self.lock), grant, self.keepalive),
-            }))
+                held,
+            })),
+            Err(e) => {
+                let _ = self.lock.release(&owner, token).await;
+                Err(BackendError::invalid("keepalive options", e.to_string()))
+            }
+        }
     }
 
     /// The current leader and its term, if any.

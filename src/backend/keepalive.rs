@@ -1,7 +1,11 @@
-//! Keeping a lease alive in the background, and knowing the moment it may have been lost.
+//! Keeping a lease alive in the background, and knowing when the work it guards must stop.
+//!
+//! The stop schedule is the protocol core's [`Holder`]: `hold` feeds it the renewals and the
+//! losses, and [`HeldLease::next_stop`] says when to ask the work to stop and when to kill it —
+//! the same machine `fencecheck run` drives and the `keepalive` models check.
 
 use super::{Grant, LockService};
-use crate::protocol::Token;
+use crate::protocol::{Holder, Phase, ScheduleError, Step, StopPolicy, Token};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{oneshot, watch};
@@ -13,7 +17,13 @@ pub fn default_drift(ttl: Duration) -> Duration {
     ttl / 100 + Duration::from_millis(2)
 }
 
-/// How a held lease is renewed.
+/// The grace period used when none is given: a quarter of the lease's safe window (TTL minus
+/// drift), at most 10 s.
+pub fn default_grace(ttl: Duration, drift: Duration) -> Duration {
+    (ttl.saturating_sub(drift) / 4).min(Duration::from_secs(10))
+}
+
+/// How a held lease is renewed, and how the work it guards is stopped.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct KeepaliveOptions {
     /// Renew this often; `None` means a third of the TTL.
@@ -21,14 +31,31 @@ pub struct KeepaliveOptions {
     /// Subtracted from every deadline to cover the server's clock running faster than ours.
     /// `None` means 1 % of the TTL plus 2 ms.
     pub drift: Option<Duration>,
+    /// Between asking the work to stop and killing it; both come before the safe deadline.
+    /// `None` means [`default_grace`].
+    pub grace: Option<Duration>,
 }
 
 impl KeepaliveOptions {
-    fn resolve(self, ttl: Duration) -> (Duration, Duration) {
+    fn resolve(self, ttl: Duration) -> Result<(Duration, Duration, StopPolicy), ScheduleError> {
         let every = self.every.unwrap_or(ttl / 3).max(Duration::from_millis(1));
         let drift = self.drift.unwrap_or(default_drift(ttl));
-        (every, drift)
+        let grace = self.grace.unwrap_or_else(|| default_grace(ttl, drift));
+        Ok((every, drift, StopPolicy::new(ttl, drift, grace)?))
     }
+}
+
+/// What the work must do now (see [`HeldLease::next_stop`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Stop {
+    /// Ask the work to stop (SIGTERM): the safe deadline is a grace period away, or the lease is
+    /// gone (`lost` says why).
+    Gently {
+        /// Why, when the lease was lost rather than simply not renewed in time.
+        lost: Option<LostReason>,
+    },
+    /// Kill the work (SIGKILL): the safe deadline has come, or the grace after a loss has run out.
+    Force,
 }
 
 /// Why a held lease is no longer safe to act on.
@@ -63,6 +90,10 @@ pub struct HeldLease<L: LockService + 'static> {
     lock: Arc<L>,
     owner: String,
     token: Token,
+    /// The time origin of `holder` (the grant's send time).
+    origin: Instant,
+    policy: StopPolicy,
+    holder: Holder,
     lost: watch::Receiver<Option<LostReason>>,
     deadline: watch::Receiver<Instant>,
     stop: Option<oneshot::Sender<()>>,
@@ -71,14 +102,17 @@ pub struct HeldLease<L: LockService + 'static> {
 
 /// Keeps `grant` alive: renews it every `options.every` and signals loss when a renewal is
 /// refused or when the safe deadline — the last successful request's **send** time plus the TTL
-/// minus the drift margin — passes without a renewal. Must be called inside a tokio runtime.
+/// minus the drift margin — passes without a renewal; [`HeldLease::next_stop`] gives the stop
+/// schedule. Refused when the drift margin and the grace do not fit in the granted TTL. Must be
+/// called inside a tokio runtime.
 pub fn hold<L: LockService + 'static>(
     lock: Arc<L>,
     grant: Grant,
     options: KeepaliveOptions,
-) -> HeldLease<L> {
-    let (every, drift) = options.resolve(grant.ttl);
+) -> Result<HeldLease<L>, ScheduleError> {
+    let (every, drift, policy) = options.resolve(grant.ttl)?;
     let first_deadline = grant.safe_deadline(drift).unwrap_or(grant.sent_at);
+    let origin = grant.sent_at;
     let (lost_tx, lost_rx) = watch::channel(None);
     let (deadline_tx, deadline_rx) = watch::channel(first_deadline);
     let (stop_tx, mut stop_rx) = oneshot::channel::<()>();
@@ -133,15 +167,18 @@ pub fn hold<L: LockService + 'static>(
             }
         }
     });
-    HeldLease {
+    Ok(HeldLease {
         lock,
         owner: grant.owner,
         token,
+        origin,
+        policy,
+        holder: policy.holder(first_deadline - origin),
         lost: lost_rx,
         deadline: deadline_rx,
         stop: Some(stop_tx),
         task,
-    }
+    })
 }
 
 impl<L: LockService + 'static> HeldLease<L> {
@@ -201,6 +238,79 @@ impl<L: LockService + 'static> HeldLease<L> {
                 }
             }
         }
+    }
+
+    /// The stop schedule's policy (its grace period).
+    pub fn policy(&self) -> StopPolicy {
+        self.policy
+    }
+
+    /// Whether work may start now: more than the grace period is left before the safe deadline
+    /// (a grant that arrived late, or after a pause, runs nothing).
+    pub fn may_start(&self) -> bool {
+        self.policy
+            .may_start(self.since(Instant::now()), self.since(self.deadline()))
+    }
+
+    /// Where the work is in its stop schedule.
+    pub fn phase(&self) -> Phase {
+        self.holder.phase()
+    }
+
+    /// When the work is to be asked to stop, as the schedule stands now (a time already past
+    /// once the lease is lost: at once).
+    pub fn stop_at(&self) -> Instant {
+        self.origin + self.synced().stop_at()
+    }
+
+    /// The time by which the work must have been killed, as the schedule stands now: the safe
+    /// deadline, or earlier after a loss.
+    pub fn force_stop_at(&self) -> Instant {
+        self.origin + self.synced().force_stop_at()
+    }
+
+    /// Waits for the next step of the stop schedule: [`Stop::Gently`] once (at the safe deadline
+    /// minus the grace, or at once when the lease is lost), then [`Stop::Force`] (at the safe
+    /// deadline, or a grace after the loss, whichever is first), then never returns. Renewals
+    /// move the schedule until the gentle stop; after it nothing calls the stop off.
+    /// Cancel-safe: dropping the future loses no step.
+    pub async fn next_stop(&mut self) -> Stop {
+        loop {
+            self.holder = self.synced();
+            let lost = self.lost.borrow_and_update().clone();
+            match self.holder.tick(self.since(Instant::now())) {
+                Step::StopGently => return Stop::Gently { lost },
+                Step::ForceStop => return Stop::Force,
+                Step::Done => std::future::pending::<()>().await,
+                Step::WaitUntil(t) => {
+                    let wake = tokio::time::Instant::from_std(self.origin + t);
+                    tokio::select! {
+                        _ = tokio::time::sleep_until(wake) => {}
+                        changed = self.lost.changed() => {
+                            if changed.is_err() {
+                                // The renewing task has ended: only the schedule is left.
+                                tokio::time::sleep_until(wake).await;
+                            }
+                        }
+                        _ = self.deadline.changed() => {}
+                    }
+                }
+            }
+        }
+    }
+
+    /// The holder with the latest deadline and loss applied.
+    fn synced(&self) -> Holder {
+        let mut holder = self.holder;
+        holder.renewed(self.since(self.deadline()));
+        if self.lost.borrow().is_some() {
+            holder.revoked(self.since(Instant::now()));
+        }
+        holder
+    }
+
+    fn since(&self, t: Instant) -> Duration {
+        t.saturating_duration_since(self.origin)
     }
 
     /// Stops renewing and releases the lease on the server. `Ok(false)` when it was no longer

@@ -26,7 +26,9 @@ pub use self::connect::{connect, parse_endpoints, AnyLock, LockSpec};
 pub use self::election::{LeaderElection, Leadership};
 pub use self::etcd::rpc as etcd_rpc;
 pub use self::etcd::{EtcdLock, EtcdOptions};
-pub use self::keepalive::{default_drift, hold, HeldLease, KeepaliveOptions, LostReason};
+pub use self::keepalive::{
+    default_drift, default_grace, hold, HeldLease, KeepaliveOptions, LostReason, Stop,
+};
 pub use self::local::{LocalFencedMap, LocalLock};
 pub use self::postgres::PgFencedStore;
 pub use self::redis::{scripts as redis_scripts, RedisFencedStore, RedisLock, RedisOptions};

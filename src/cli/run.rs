@@ -3,10 +3,10 @@
 use super::UsageError;
 use clap::{Args, ValueEnum};
 use fencecheck::backend::{
-    connect, default_drift, hold, parse_endpoints, Acquired, AnyLock, BackendError, Grant,
-    KeepaliveOptions, LockService, LockSpec, LostReason,
+    connect, default_drift, default_grace, hold, parse_endpoints, Acquired, AnyLock, BackendError,
+    Grant, KeepaliveOptions, LockService, LockSpec, Stop,
 };
-use fencecheck::protocol::{Phase, ScheduleError, Step, StopPolicy};
+use fencecheck::protocol::{Phase, ScheduleError, StopPolicy};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -233,33 +233,30 @@ async fn run_holding(
     };
     let token = grant.token;
     // The schedule comes from what the server granted (etcd rounds the TTL up, ZooKeeper clamps it).
-    let drift = args.drift.unwrap_or_else(|| default_drift(grant.ttl));
-    let policy = match StopPolicy::new(grant.ttl, drift, grace_for(&args, grant.ttl)) {
-        Ok(p) => p,
+    let granted = grant.ttl;
+    let keepalive = KeepaliveOptions {
+        every: None,
+        drift: Some(args.drift.unwrap_or_else(|| default_drift(granted))),
+        grace: Some(grace_for(&args, granted)),
+    };
+    let mut held = match hold(Arc::clone(&lock), grant, keepalive) {
+        Ok(held) => held,
         Err(e) => {
             let _ = lock.release(&owner, token).await;
             return Err(UsageError(format!(
-                "the server granted a TTL of {:?}: {e}",
-                grant.ttl
+                "the server granted a TTL of {granted:?}: {e}"
             )));
         }
     };
-    let origin = Instant::now();
-    let since = |t: Instant| t.saturating_duration_since(origin);
-    let keepalive = KeepaliveOptions {
-        every: None,
-        drift: Some(drift),
-    };
-    let mut held = hold(Arc::clone(&lock), grant, keepalive);
+    let grace = held.policy().grace();
     // A grant that arrived with too little of the lease left (a late reply, a pause) runs nothing.
-    if !policy.may_start(since(Instant::now()), since(held.deadline())) {
+    if !held.may_start() {
         let left = held.deadline().saturating_duration_since(Instant::now());
         let _ = held.release().await;
         eprintln!(
             "fencecheck run: the lease on {:?} (token {token}) arrived with {left:?} left before \
-             its safe deadline, not more than the grace {:?}; not running the command",
+             its safe deadline, not more than the grace {grace:?}; not running the command",
             args.name,
-            policy.grace()
         );
         return Ok(ExitCode::from(EXIT_LEASE_LOST));
     }
@@ -288,49 +285,37 @@ async fn run_holding(
     };
     let group = child.id().map(|pid| pid as libc::pid_t);
     let watchdog = group.and_then(|g| Watchdog::start(g).ok());
-    let mut holder = policy.holder(since(held.deadline()));
-    let mut lost: Option<LostReason> = None;
     let mut signals = Signals::install();
     let status = loop {
-        holder.renewed(since(held.deadline()));
-        let wake = match holder.tick(since(Instant::now())) {
-            Step::StopGently => {
-                match &lost {
-                    Some(reason) => eprintln!(
+        tokio::select! {
+            status = child.wait() => break status,
+            stop = held.next_stop() => match stop {
+                Stop::Gently { lost: Some(reason) } => {
+                    eprintln!(
                         "fencecheck run: lease on {:?} (token {token}) lost: {reason}; sending \
                          SIGTERM to the command's process group",
                         args.name
-                    ),
-                    None => eprintln!(
+                    );
+                    signal_group(group, libc::SIGTERM);
+                }
+                Stop::Gently { lost: None } => {
+                    eprintln!(
                         "fencecheck run: lease on {:?} (token {token}) not renewed; sending \
                          SIGTERM to the command's process group {:?} before the lease's safe \
                          deadline",
                         args.name,
-                        holder.force_stop_at().saturating_sub(since(Instant::now()))
-                    ),
+                        held.force_stop_at().saturating_duration_since(Instant::now())
+                    );
+                    signal_group(group, libc::SIGTERM);
                 }
-                signal_group(group, libc::SIGTERM);
-                continue;
-            }
-            Step::ForceStop => {
-                eprintln!(
-                    "fencecheck run: the command did not stop within the grace ({:?}); SIGKILL to \
-                     its process group at the lease's deadline",
-                    policy.grace()
-                );
-                signal_group(group, libc::SIGKILL);
-                continue;
-            }
-            Step::WaitUntil(t) => origin + t,
-            Step::Done => origin + Duration::from_secs(86_400),
-        };
-        tokio::select! {
-            status = child.wait() => break status,
-            reason = held.lost(), if lost.is_none() => {
-                holder.revoked(since(Instant::now()));
-                lost = Some(reason);
-            }
-            _ = tokio::time::sleep_until(tokio::time::Instant::from_std(wake)) => {}
+                Stop::Force => {
+                    eprintln!(
+                        "fencecheck run: the command did not stop within the grace ({grace:?}); \
+                         SIGKILL to its process group at the lease's deadline"
+                    );
+                    signal_group(group, libc::SIGKILL);
+                }
+            },
             sig = signals.next() => signal_group(group, sig),
         }
     };
@@ -338,22 +323,26 @@ async fn run_holding(
     // What the command left running in its group ends before the lease is released: when it
     // finished on its own, its leftovers get SIGTERM and the grace; when it is being stopped, the
     // group keeps the schedule it had. SIGKILL at the force-stop time either way.
-    let force_at = origin + holder.force_stop_at();
-    let by = if holder.phase() == Phase::Working {
+    let force_at = held.force_stop_at();
+    let working = held.phase() == Phase::Working;
+    let by = if working {
         if group_alive(group) {
             signal_group(group, libc::SIGTERM);
         }
-        force_at.min(Instant::now() + policy.grace())
+        force_at.min(Instant::now() + grace)
     } else {
         force_at
     };
     end_group(group, by).await;
     drop(watchdog);
-    if holder.phase() != Phase::Working {
+    if !working {
         eprintln!("fencecheck run: the command ended: {status}");
-        if lost.is_none() {
-            // Stopped on our own deadline: the lease may still be ours; free it for the next.
-            let _ = held.release().await;
+        // The lease may still be ours (stopped on our own deadline, renewals failing): free it
+        // for the next holder. The release names this lease's token, so it frees nothing newer.
+        match held.release().await {
+            Ok(true) => eprintln!("fencecheck run: released the lease (token {token})"),
+            Ok(false) => {}
+            Err(e) => eprintln!("fencecheck run: could not release the lease: {e}"),
         }
         return Ok(ExitCode::from(EXIT_LEASE_LOST));
     }
@@ -370,10 +359,8 @@ async fn run_holding(
 
 /// The grace between SIGTERM and SIGKILL: `--grace`, or a quarter of the safe window up to 10 s.
 fn grace_for(args: &RunArgs, ttl: Duration) -> Duration {
-    args.grace.unwrap_or_else(|| {
-        let drift = args.drift.unwrap_or_else(|| default_drift(ttl));
-        (ttl.saturating_sub(drift) / 4).min(Duration::from_secs(10))
-    })
+    args.grace
+        .unwrap_or_else(|| default_grace(ttl, args.drift.unwrap_or_else(|| default_drift(ttl))))
 }
 
 /// In the command's process, before exec: die with the supervisor (SIGKILL when the thread that

@@ -94,14 +94,15 @@ pub async fn lock_contract<L: LockService>(lock: &L) {
 /// The lost-lease signal fires on every backend: a held lease that is not renewed is reported
 /// lost at its safe deadline (counted from the acquire's send time), and a renewed one is not.
 pub async fn lost_signal_contract<L: LockService + 'static>(lock: std::sync::Arc<L>) {
-    use fencecheck::backend::{hold, KeepaliveOptions, LostReason};
+    use fencecheck::backend::{hold, KeepaliveOptions, LostReason, Stop};
     let ttl = lock.ttl();
     let grant = granted(lock.try_acquire("k").await.unwrap());
     let renewed = hold(
         std::sync::Arc::clone(&lock),
         grant,
         KeepaliveOptions::default(),
-    );
+    )
+    .expect("the default schedule fits");
     tokio::time::sleep(ttl + ttl / 2).await;
     assert!(!renewed.is_lost(), "{:?}", renewed.lost_reason());
     assert!(renewed.release().await.unwrap());
@@ -110,9 +111,10 @@ pub async fn lost_signal_contract<L: LockService + 'static>(lock: std::sync::Arc
     let deadline_bound = grant.sent_at + ttl;
     let never = KeepaliveOptions {
         every: Some(Duration::from_secs(3600)),
-        drift: None,
+        ..KeepaliveOptions::default()
     };
-    let mut unrenewed = hold(std::sync::Arc::clone(&lock), grant, never);
+    let mut unrenewed =
+        hold(std::sync::Arc::clone(&lock), grant, never).expect("the default schedule fits");
     let reason = tokio::time::timeout(ttl * 2, unrenewed.lost())
         .await
         .expect("the lost signal fires");
@@ -131,6 +133,75 @@ pub async fn lost_signal_contract<L: LockService + 'static>(lock: std::sync::Arc
         "fired early"
     );
     let _ = unrenewed.release().await;
+
+    // The stop schedule of an unrenewed lease: the gentle stop a grace before the safe deadline,
+    // then the forced stop at it; both inside the lease the server granted, never early.
+    let grant = granted(lock.try_acquire("k").await.unwrap());
+    let server_bound = grant.sent_at + grant.ttl;
+    let grace = ttl / 4;
+    let schedule = KeepaliveOptions {
+        every: Some(Duration::from_secs(3600)),
+        grace: Some(grace),
+        ..KeepaliveOptions::default()
+    };
+    let mut held =
+        hold(std::sync::Arc::clone(&lock), grant, schedule).expect("a quarter of the TTL fits");
+    assert!(held.may_start());
+    let (stop_at, force_at) = (held.stop_at(), held.force_stop_at());
+    assert_eq!(force_at, held.deadline());
+    assert_eq!(stop_at + grace, force_at);
+    assert!(
+        force_at < server_bound,
+        "the kill comes before the server's expiry"
+    );
+    let first = tokio::time::timeout(ttl * 2, held.next_stop())
+        .await
+        .expect("the gentle stop comes");
+    assert_eq!(first, Stop::Gently { lost: None });
+    assert!(Instant::now() >= stop_at, "never early");
+    let second = tokio::time::timeout(ttl * 2, held.next_stop())
+        .await
+        .expect("the forced stop comes");
+    assert_eq!(second, Stop::Force);
+    assert!(Instant::now() >= force_at, "never early");
+    assert!(
+        tokio::time::timeout(Duration::from_millis(50), held.next_stop())
+            .await
+            .is_err(),
+        "nothing after the forced stop"
+    );
+    let _ = held.release().await;
+
+    // A lease taken away behind the holder's back: the next renewal is refused, the work is
+    // asked to stop at once and killed a grace later (before the deadline it would have had).
+    let grant = granted(lock.try_acquire("k").await.unwrap());
+    let token = grant.token;
+    let watched = KeepaliveOptions {
+        every: Some(ttl / 10),
+        grace: Some(grace),
+        ..KeepaliveOptions::default()
+    };
+    let mut held =
+        hold(std::sync::Arc::clone(&lock), grant, watched).expect("a quarter of the TTL fits");
+    let deadline = held.deadline();
+    assert!(lock.release("k", token).await.unwrap());
+    let first = tokio::time::timeout(ttl, held.next_stop())
+        .await
+        .expect("the loss is noticed within the TTL");
+    assert_eq!(
+        first,
+        Stop::Gently {
+            lost: Some(LostReason::Revoked)
+        }
+    );
+    let noticed = Instant::now();
+    assert!(held.force_stop_at() <= deadline);
+    assert!(held.force_stop_at() <= noticed + grace);
+    let second = tokio::time::timeout(ttl * 2, held.next_stop())
+        .await
+        .expect("the forced stop comes");
+    assert_eq!(second, Stop::Force);
+    assert!(!held.release().await.unwrap(), "nothing left to release");
 }
 
 /// The storage contract, on any backend; `fenced = false` is the accept-all control.
