@@ -4,6 +4,10 @@ use std::process::{Command, Output};
 
 fn fencecheck(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_fencecheck"))
+        .env(
+            "XDG_STATE_HOME",
+            fencecheck_testkit::fresh_dir(env!("CARGO_TARGET_TMPDIR"), "state"),
+        )
         .args(args)
         .output()
         .expect("run fencecheck")
@@ -352,6 +356,10 @@ fn report_regenerates_the_files_and_keeps_bench_md_without_estimates() {
 fn a_closed_pipe_ends_the_output_quietly() {
     use std::process::Stdio;
     let mut child = Command::new(env!("CARGO_BIN_EXE_fencecheck"))
+        .env(
+            "XDG_STATE_HOME",
+            fencecheck_testkit::fresh_dir(env!("CARGO_TARGET_TMPDIR"), "state"),
+        )
         .arg("list")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -258,6 +258,10 @@ fn run_and_demo_work_on_etcd() {
     let endpoints = etcd.endpoints().join(",");
     let fencecheck = |args: &[&str]| {
         Command::new(env!("CARGO_BIN_EXE_fencecheck"))
+            .env(
+                "XDG_STATE_HOME",
+                fencecheck_testkit::fresh_dir(env!("CARGO_TARGET_TMPDIR"), "state"),
+            )
             .args(args)
             .output()
             .unwrap()

@@ -8,6 +8,10 @@ use std::time::{Duration, Instant};
 
 fn fencecheck(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_fencecheck"))
+        .env(
+            "XDG_STATE_HOME",
+            fencecheck_testkit::fresh_dir(env!("CARGO_TARGET_TMPDIR"), "state"),
+        )
         .args(args)
         .output()
         .expect("run fencecheck")
@@ -72,6 +76,10 @@ fn a_busy_lock_exits_75_and_wait_gives_up_on_time() {
     };
     let url = redis.url();
     let mut holder = Command::new(env!("CARGO_BIN_EXE_fencecheck"))
+        .env(
+            "XDG_STATE_HOME",
+            fencecheck_testkit::fresh_dir(env!("CARGO_TARGET_TMPDIR"), "state"),
+        )
         .args([
             "run",
             "--redis-url",
@@ -138,6 +146,10 @@ fn a_lost_lease_terminates_the_command() {
     let url = redis.url();
     // The command ends on SIGTERM.
     let child = Command::new(env!("CARGO_BIN_EXE_fencecheck"))
+        .env(
+            "XDG_STATE_HOME",
+            fencecheck_testkit::fresh_dir(env!("CARGO_TARGET_TMPDIR"), "state"),
+        )
         .args([
             "run",
             "--redis-url",
@@ -167,6 +179,10 @@ fn a_lost_lease_terminates_the_command() {
 
     // A command that ignores SIGTERM is killed after the grace period.
     let child = Command::new(env!("CARGO_BIN_EXE_fencecheck"))
+        .env(
+            "XDG_STATE_HOME",
+            fencecheck_testkit::fresh_dir(env!("CARGO_TARGET_TMPDIR"), "state"),
+        )
         .args([
             "run",
             "--redis-url",
@@ -238,6 +254,10 @@ fn concurrent_runs_of_one_name_never_overlap() {
     let children: Vec<_> = (0..6)
         .map(|_| {
             Command::new(env!("CARGO_BIN_EXE_fencecheck"))
+                .env(
+                    "XDG_STATE_HOME",
+                    fencecheck_testkit::fresh_dir(env!("CARGO_TARGET_TMPDIR"), "state"),
+                )
                 .args([
                     "run",
                     "--redis-url",

@@ -12,6 +12,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 fn run_cmd(url: &str, name: &str, ttl: &str, extra: &[&str], script: &str) -> Child {
     Command::new(env!("CARGO_BIN_EXE_fencecheck"))
+        .env(
+            "XDG_STATE_HOME",
+            fencecheck_testkit::fresh_dir(env!("CARGO_TARGET_TMPDIR"), "state"),
+        )
         .args(["run", "--redis-url", url, "--name", name, "--ttl", ttl])
         .args(extra)
         .args(["--", "sh", "-c", script])
@@ -232,6 +236,10 @@ fn a_schedule_that_cannot_fit_in_the_lease_runs_nothing() {
         (&["--ttl", "3s", "--timeout", "0s"][..], "--timeout 0s"),
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_fencecheck"))
+            .env(
+                "XDG_STATE_HOME",
+                fencecheck_testkit::fresh_dir(env!("CARGO_TARGET_TMPDIR"), "state"),
+            )
             .args(["run", "--name", "doa"])
             .args(extra)
             .args(["--", "touch", marker.to_str().unwrap()])
@@ -243,4 +251,58 @@ fn a_schedule_that_cannot_fit_in_the_lease_runs_nothing() {
         assert!(err.contains(says), "{extra:?}: {err}");
         assert!(!marker.exists(), "{extra:?} ran the command");
     }
+}
+
+/// A Redis restart without persistence starts the token counter again. The next `run` on this
+/// machine sees a token not above its floor and refuses, with its own exit status and one line;
+/// the control without the floor runs the command with the repeated token, as `run` did before.
+#[test]
+fn a_lost_token_counter_is_refused_across_runs() {
+    let Some(mut redis) = started_or_skip("run faults: token floor", RedisServer::start(false))
+    else {
+        return;
+    };
+    let url = redis.url();
+    let state = TempDir::new("run-floor").unwrap();
+    let marker = state.path().join("ran");
+    let run = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_fencecheck"))
+            .args(["run", "--redis-url", &url, "--name", "floor", "--ttl", "5s"])
+            .args(extra)
+            .args(["--", "sh", "-c"])
+            .arg(format!("echo $FENCECHECK_TOKEN >> {}", marker.display()))
+            .output()
+            .unwrap()
+    };
+    let state_dir = ["--state-dir", state.path().to_str().unwrap()];
+    for _ in 0..3 {
+        let out = run(&state_dir);
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+    }
+    assert_eq!(std::fs::read_to_string(&marker).unwrap(), "1\n2\n3\n");
+    redis.restart().unwrap();
+    let out = run(&state_dir);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(78), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("token went backwards")
+            && err.contains("granted 1 after a run here was granted 3"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&marker).unwrap(),
+        "1\n2\n3\n",
+        "the command did not run"
+    );
+    eprintln!("token floor: {}", err.trim());
+    // The refused grant was released: the control takes the lock at once, and runs the command
+    // with a token that fenced storage may already have seen.
+    let out = run(&["--no-token-floor"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(
+        std::fs::read_to_string(&marker).unwrap(),
+        "1\n2\n3\n2\n",
+        "the control runs with a repeated token"
+    );
 }

@@ -4,6 +4,8 @@
 mod check;
 #[cfg(feature = "backends")]
 mod demo;
+#[cfg(feature = "backends")]
+mod floor;
 mod report;
 #[cfg(feature = "backends")]
 mod run;
@@ -52,8 +54,9 @@ enum Command {
     ///
     /// Exit status: CMD's own (128+N if killed by signal N); 75 when the lock is held elsewhere
     /// (and --wait did not get it); 76 when the lease was lost or about to end and CMD was
-    /// stopped, or the grant came too late to start it; 69 when the lock service could not be
-    /// used; 2 on bad usage.
+    /// stopped, or the grant came too late to start it; 78 when the granted token is not above
+    /// one an earlier run on this machine was granted (the service lost its token counter; CMD
+    /// not run); 69 when the lock service could not be used; 2 on bad usage.
     #[cfg(feature = "backends")]
     Run(run::RunArgs),
 }

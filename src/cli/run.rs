@@ -1,5 +1,6 @@
 //! `fencecheck run`: run a command while holding a lease, like `flock` across machines.
 
+use super::floor::{FloorError, TokenFloor};
 use super::UsageError;
 use clap::{Args, ValueEnum};
 use fencecheck::backend::{
@@ -18,6 +19,9 @@ pub(super) const EXIT_LOCK_BUSY: u8 = 75;
 pub(super) const EXIT_LEASE_LOST: u8 = 76;
 /// Exit status when the lock service could not be used (unreachable, timed out, refused).
 pub(super) const EXIT_BACKEND: u8 = 69;
+/// Exit status when the lock service granted a token not above one an earlier run on this machine
+/// was granted (its counter was lost); the command was not run.
+pub(super) const EXIT_TOKEN_REGRESSED: u8 = 78;
 
 /// Where the lock lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -119,6 +123,14 @@ pub(super) struct RunArgs {
     /// This holder's name in the lock (default: HOSTNAME:PID).
     #[arg(long, value_name = "ID")]
     owner: Option<String>,
+    /// Where the token floor is kept: the highest token a run on this machine was granted, per
+    /// lock service and NAME (default: $XDG_STATE_HOME/fencecheck or
+    /// ~/.local/state/fencecheck). A grant at or below it is refused with exit 78.
+    #[arg(long, value_name = "DIR")]
+    state_dir: Option<std::path::PathBuf>,
+    /// Do not keep or check the token floor across runs.
+    #[arg(long, conflicts_with = "state_dir")]
+    no_token_floor: bool,
     /// Bound on connecting to and each request to the lock service.
     #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_duration)]
     timeout: Duration,
@@ -179,6 +191,22 @@ fn check_args(args: &RunArgs) -> Result<(), UsageError> {
 
 pub(super) fn run(args: RunArgs) -> Result<ExitCode, UsageError> {
     check_args(&args)?;
+    let floor = if args.no_token_floor {
+        None
+    } else {
+        let dir = args
+            .state_dir
+            .clone()
+            .or_else(super::floor::default_dir)
+            .ok_or_else(|| {
+                UsageError(
+                    "no directory for the token floor: neither XDG_STATE_HOME nor HOME is set; \
+                 pass --state-dir DIR or --no-token-floor"
+                        .into(),
+                )
+            })?;
+        Some(TokenFloor::new(&dir, &args.lock.spec(), &args.name))
+    };
     let wait = match args.wait.as_deref() {
         None => Some(Duration::ZERO),
         Some("forever") => None,
@@ -187,7 +215,7 @@ pub(super) fn run(args: RunArgs) -> Result<ExitCode, UsageError> {
     let owner = args.owner.clone().unwrap_or_else(default_owner);
     runtime().block_on(async move {
         match connect(&args.lock.spec(), &args.name, args.ttl, args.timeout).await {
-            Ok(lock) => run_holding(Arc::new(lock), owner, wait, args).await,
+            Ok(lock) => run_holding(Arc::new(lock), owner, wait, floor, args).await,
             Err(e) => backend_failure(e),
         }
     })
@@ -197,6 +225,7 @@ async fn run_holding(
     lock: Arc<AnyLock>,
     owner: String,
     wait: Option<Duration>,
+    floor: Option<TokenFloor>,
     args: RunArgs,
 ) -> Result<ExitCode, UsageError> {
     let acquired = match wait {
@@ -232,6 +261,29 @@ async fn run_holding(
         Err(e) => return backend_failure(e),
     };
     let token = grant.token;
+    match floor.as_ref().map(|f| f.admit(token)) {
+        None | Some(Ok(())) => {}
+        Some(Err(FloorError::Regressed { floor: seen })) => {
+            let _ = lock.release(&owner, token).await;
+            eprintln!(
+                "fencecheck run: token went backwards on lock {:?}: granted {token} after a run \
+                 here was granted {seen}, so the lock service lost its token counter (restart \
+                 without persistence?); not running. Leases from before the loss are not fenced \
+                 from new ones: persist the counter, then remove {} to accept it",
+                args.name,
+                floor
+                    .as_ref()
+                    .map_or(String::new(), |f| f.path().display().to_string())
+            );
+            return Ok(ExitCode::from(EXIT_TOKEN_REGRESSED));
+        }
+        Some(Err(FloorError::Io(e))) => {
+            let _ = lock.release(&owner, token).await;
+            return Err(UsageError(format!(
+                "token floor: {e}; pass --state-dir DIR or --no-token-floor"
+            )));
+        }
+    }
     // The schedule comes from what the server granted (etcd rounds the TTL up, ZooKeeper clamps it).
     let granted = grant.ttl;
     let keepalive = KeepaliveOptions {

@@ -87,6 +87,22 @@ impl TempDir {
     }
 }
 
+/// A fresh, empty directory under `base` (for example the test's `CARGO_TARGET_TMPDIR`), named
+/// after `label`, this process and a sequence number; left for `base`'s owner to clean. Give each
+/// `fencecheck run` its own state (`XDG_STATE_HOME`) so that token floors of earlier test runs,
+/// against servers long gone, never meet a fresh server.
+pub fn fresh_dir(base: impl AsRef<Path>, label: &str) -> PathBuf {
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let path = base.as_ref().join(format!(
+        "{label}-{}-{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&path);
+    std::fs::create_dir_all(&path).expect("create a scratch directory");
+    path
+}
+
 impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
