@@ -413,3 +413,71 @@ fn demo_tells_the_story_on_redis_and_postgres() {
         "{stdout}"
     );
 }
+
+/// `--wait` rides out a lock service that is down for a while (backoff up to 1 s, until the wait
+/// runs out); without `--wait` the same outage is exit 69 at once, and a wait shorter than the
+/// outage gives up with 69 when it runs out.
+#[test]
+fn wait_rides_out_a_lock_service_outage() {
+    let Some(mut redis) = started_or_skip("run: outage", RedisServer::start(false)) else {
+        return;
+    };
+    let url = redis.url();
+    redis.kill9();
+    let t0 = Instant::now();
+    let out = fencecheck(&["run", "--redis-url", &url, "--name", "job", "--", "true"]);
+    assert_eq!(out.status.code(), Some(69), "{}", text(&out.stderr));
+    eprintln!("outage without --wait: exit 69 after {:?}", t0.elapsed());
+    let t0 = Instant::now();
+    let out = fencecheck(&[
+        "run",
+        "--redis-url",
+        &url,
+        "--name",
+        "job",
+        "--wait",
+        "700ms",
+        "--",
+        "true",
+    ]);
+    assert_eq!(out.status.code(), Some(69), "{}", text(&out.stderr));
+    assert!(
+        t0.elapsed() >= Duration::from_millis(700),
+        "{:?}",
+        t0.elapsed()
+    );
+    // The outage ends 1.5 s into a 20 s wait: the command runs, and the lock was taken.
+    let waiting = Command::new(env!("CARGO_BIN_EXE_fencecheck"))
+        .env(
+            "XDG_STATE_HOME",
+            fencecheck_testkit::fresh_dir(env!("CARGO_TARGET_TMPDIR"), "state"),
+        )
+        .args([
+            "run",
+            "--redis-url",
+            &url,
+            "--name",
+            "job",
+            "--wait",
+            "20s",
+            "--",
+        ])
+        .args(["sh", "-c", "echo token=$FENCECHECK_TOKEN"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    std::thread::sleep(Duration::from_millis(1500));
+    redis.restart().unwrap();
+    let out = waiting.wait_with_output().unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert_eq!(text(&out.stdout).trim(), "token=1");
+    assert_eq!(err.lines().count(), 1, "one line about the outage: {err}");
+    assert!(err.contains("retrying until --wait runs out"), "{err}");
+    eprintln!(
+        "outage of 1.5 s ridden out by --wait 20s: ran after {:?}",
+        t0.elapsed()
+    );
+}

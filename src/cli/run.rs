@@ -108,7 +108,8 @@ pub(super) struct RunArgs {
     /// The lease's time to live (e.g. 30s). A holder that dies frees the lock after this long.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
     ttl: Duration,
-    /// Wait for the lock instead of giving up at once; with a DURATION, give up after it.
+    /// Wait for the lock instead of giving up at once; with a DURATION, give up after it. An
+    /// unreachable lock service is waited out too (retries back off from 50 ms to 1 s).
     #[arg(long, value_name = "DURATION", num_args = 0..=1, default_missing_value = "forever")]
     wait: Option<String>,
     /// How long the command has between SIGTERM and SIGKILL. Both come inside the lease:
@@ -214,17 +215,58 @@ pub(super) fn run(args: RunArgs) -> Result<ExitCode, UsageError> {
     };
     let owner = args.owner.clone().unwrap_or_else(default_owner);
     runtime().block_on(async move {
-        match connect(&args.lock.spec(), &args.name, args.ttl, args.timeout).await {
-            Ok(lock) => run_holding(Arc::new(lock), owner, wait, floor, args).await,
+        // With --wait, an unreachable or slow lock service is waited out like a busy lock.
+        let until = wait.map(|d| Instant::now() + d);
+        let spec = args.lock.spec();
+        let connected = ride_out(args.wait.is_some(), until, || {
+            connect(&spec, &args.name, args.ttl, args.timeout)
+        })
+        .await;
+        match connected {
+            Ok(lock) => run_holding(Arc::new(lock), owner, (wait, until), floor, args).await,
             Err(e) => backend_failure(e),
         }
     })
 }
 
+/// Runs `attempt` until it succeeds or fails for a reason other than reachability; when `retry`,
+/// an unreachable or slow service is tried again with a backoff (50 ms doubling to 1 s) until
+/// `until` (`None`: for ever). One line says so the first time.
+async fn ride_out<T, F, Fut>(
+    retry: bool,
+    until: Option<Instant>,
+    mut attempt: F,
+) -> Result<T, BackendError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, BackendError>>,
+{
+    let mut backoff = Duration::from_millis(50);
+    let mut said = false;
+    loop {
+        match attempt().await {
+            Err(e @ (BackendError::Connect { .. } | BackendError::Timeout { .. })) if retry => {
+                let now = Instant::now();
+                let left = until.map_or(Duration::MAX, |u| u.saturating_duration_since(now));
+                if left.is_zero() {
+                    return Err(e);
+                }
+                if !said {
+                    eprintln!("fencecheck run: {e}; retrying until --wait runs out");
+                    said = true;
+                }
+                tokio::time::sleep(backoff.min(left)).await;
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+            }
+            other => return other,
+        }
+    }
+}
+
 async fn run_holding(
     lock: Arc<AnyLock>,
     owner: String,
-    wait: Option<Duration>,
+    (wait, until): (Option<Duration>, Option<Instant>),
     floor: Option<TokenFloor>,
     args: RunArgs,
 ) -> Result<ExitCode, UsageError> {
@@ -241,11 +283,14 @@ async fn run_holding(
             }
             Err(e) => Err(e),
         },
-        Some(d) => lock.acquire(&owner, d).await,
-        // "Forever": a century, re-armed never in practice.
-        None => {
-            lock.acquire(&owner, Duration::from_secs(100 * 365 * 86_400))
-                .await
+        // The time left of --wait at each attempt ("forever": a century), the outage ridden out.
+        Some(_) | None => {
+            let century = Duration::from_secs(100 * 365 * 86_400);
+            ride_out(true, until, || {
+                let left = until.map_or(century, |u| u.saturating_duration_since(Instant::now()));
+                lock.acquire(&owner, left)
+            })
+            .await
         }
     };
     let grant: Grant = match acquired {
