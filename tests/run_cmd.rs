@@ -6,12 +6,18 @@ use fencecheck_testkit::{started_or_skip, PgServer, RedisServer, TempDir};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+/// `fencecheck` with a state directory of its own (token floors of earlier runs never apply).
+fn fencecheck_cmd() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_fencecheck"));
+    cmd.env(
+        "XDG_STATE_HOME",
+        fencecheck_testkit::fresh_dir(env!("CARGO_TARGET_TMPDIR"), "state"),
+    );
+    cmd
+}
+
 fn fencecheck(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_fencecheck"))
-        .env(
-            "XDG_STATE_HOME",
-            fencecheck_testkit::fresh_dir(env!("CARGO_TARGET_TMPDIR"), "state"),
-        )
+    fencecheck_cmd()
         .args(args)
         .output()
         .expect("run fencecheck")
@@ -75,11 +81,7 @@ fn a_busy_lock_exits_75_and_wait_gives_up_on_time() {
         return;
     };
     let url = redis.url();
-    let mut holder = Command::new(env!("CARGO_BIN_EXE_fencecheck"))
-        .env(
-            "XDG_STATE_HOME",
-            fencecheck_testkit::fresh_dir(env!("CARGO_TARGET_TMPDIR"), "state"),
-        )
+    let mut holder = fencecheck_cmd()
         .args([
             "run",
             "--redis-url",
@@ -145,11 +147,7 @@ fn a_lost_lease_terminates_the_command() {
     };
     let url = redis.url();
     // The command ends on SIGTERM.
-    let child = Command::new(env!("CARGO_BIN_EXE_fencecheck"))
-        .env(
-            "XDG_STATE_HOME",
-            fencecheck_testkit::fresh_dir(env!("CARGO_TARGET_TMPDIR"), "state"),
-        )
+    let child = fencecheck_cmd()
         .args([
             "run",
             "--redis-url",
@@ -178,11 +176,7 @@ fn a_lost_lease_terminates_the_command() {
     assert!(text(&out.stderr).contains("lost: the server no longer has this lease"));
 
     // A command that ignores SIGTERM is killed after the grace period.
-    let child = Command::new(env!("CARGO_BIN_EXE_fencecheck"))
-        .env(
-            "XDG_STATE_HOME",
-            fencecheck_testkit::fresh_dir(env!("CARGO_TARGET_TMPDIR"), "state"),
-        )
+    let child = fencecheck_cmd()
         .args([
             "run",
             "--redis-url",
@@ -447,11 +441,7 @@ fn wait_rides_out_a_lock_service_outage() {
         t0.elapsed()
     );
     // The outage ends 1.5 s into a 20 s wait: the command runs, and the lock was taken.
-    let waiting = Command::new(env!("CARGO_BIN_EXE_fencecheck"))
-        .env(
-            "XDG_STATE_HOME",
-            fencecheck_testkit::fresh_dir(env!("CARGO_TARGET_TMPDIR"), "state"),
-        )
+    let waiting = fencecheck_cmd()
         .args([
             "run",
             "--redis-url",
