@@ -8,11 +8,13 @@ mod common;
 use common::contract::{
     election_contract, every_round_served_in_order, lock_contract, lost_signal_contract,
 };
+use common::faults;
+use fencecheck::backend::LockSpec;
 use fencecheck::backend::{
     Acquired, BackendError, EtcdLock, EtcdOptions, FencedStorage, LocalFencedMap, LockService,
 };
 use fencecheck::protocol::{one_leader_per_term, FencePolicy, History, Token};
-use fencecheck_testkit::{signal, started_or_skip, EtcdCluster};
+use fencecheck_testkit::{signal, started_or_skip, EtcdCluster, FreezableProxy};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
@@ -307,4 +309,49 @@ fn run_and_demo_work_on_etcd() {
     );
     assert!(text.contains("REJECT worker-A token="), "{text}");
     assert!(text.contains("final value : written-by-B"), "{text}");
+}
+
+fn etcd_flags(endpoints: &str) -> Vec<String> {
+    ["--backend", "etcd", "--endpoints", endpoints]
+        .map(String::from)
+        .to_vec()
+}
+
+/// `fencecheck run` on etcd under the faults of `tests/run_faults.rs`: the lock key deleted
+/// behind its back (`etcdctl del`), the supervisor killed with SIGKILL, and the network to the
+/// cluster frozen (the margin measured against etcd itself); each with the escaped control.
+#[test]
+fn run_faults_on_etcd() {
+    let Some(etcd) = started_or_skip("run faults on etcd", EtcdCluster::start(1)) else {
+        return;
+    };
+    let endpoints = etcd.endpoints().join(",");
+    let revoke = |name: &str| {
+        let out = Command::new("etcdctl")
+            .args([
+                "--endpoints",
+                &endpoints,
+                "del",
+                "--prefix",
+                &format!("{name}/"),
+            ])
+            .output()
+            .expect("etcdctl runs (Debian: etcd-client)");
+        assert!(out.status.success(), "{out:?}");
+    };
+    let flags = etcd_flags(&endpoints);
+    faults::lost_lease_stops_the_whole_tree(&flags, &revoke, "etcd");
+    faults::work_dies_with_its_supervisor(&flags, "etcd");
+    let member: std::net::SocketAddr = etcd.endpoints()[0]
+        .trim_start_matches("http://")
+        .parse()
+        .unwrap();
+    let proxy = FreezableProxy::start(member).unwrap();
+    let proxied = etcd_flags(&format!("http://{}", proxy.addr()));
+    let direct = LockSpec::Etcd {
+        endpoints: etcd.endpoints(),
+    };
+    faults::stall_stops_the_work_before_the_server_expires_the_lease(
+        &proxied, &proxy, &direct, "etcd",
+    );
 }

@@ -5,24 +5,16 @@
 //! escapes the command's process group (`setsid`) is seen by the same check to outlive the lease.
 #![cfg(feature = "backends")]
 
-use fencecheck_testkit::{signal, started_or_skip, RedisServer, TempDir};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+mod common;
 
-fn run_cmd(url: &str, name: &str, ttl: &str, extra: &[&str], script: &str) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_fencecheck"))
-        .env(
-            "XDG_STATE_HOME",
-            fencecheck_testkit::fresh_dir(env!("CARGO_TARGET_TMPDIR"), "state"),
-        )
-        .args(["run", "--redis-url", url, "--name", name, "--ttl", ttl])
-        .args(extra)
-        .args(["--", "sh", "-c", script])
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start fencecheck run")
-}
+use common::faults::{
+    alive, lost_lease_stops_the_whole_tree, now_ms, read_when_written, run_cmd, slow_stopping_job,
+    stall_stops_the_work_before_the_server_expires_the_lease, work_dies_with_its_supervisor,
+};
+use fencecheck::backend::LockSpec;
+use fencecheck_testkit::{signal, started_or_skip, FreezableProxy, RedisServer, TempDir};
+use std::process::Command;
+use std::time::Duration;
 
 fn lock_key(name: &str) -> String {
     format!("fencecheck:{{{name}}}:lock")
@@ -32,57 +24,8 @@ fn redis_conn(url: &str) -> redis::Connection {
     redis::Client::open(url).unwrap().get_connection().unwrap()
 }
 
-/// Waits for `path` to hold a line, and returns it.
-fn read_when_written(path: &Path) -> String {
-    let until = Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Ok(t) = std::fs::read_to_string(path) {
-            if t.ends_with('\n') {
-                return t.trim().to_string();
-            }
-        }
-        assert!(Instant::now() < until, "{} never written", path.display());
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-/// Whether process `pid` is still running (a zombie counts as ended).
-fn alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')),
-        Err(_) => false,
-    }
-}
-
-/// Whether `pid` has ended within `within`.
-fn ends_within(pid: u32, within: Duration) -> bool {
-    let until = Instant::now() + within;
-    while alive(pid) {
-        if Instant::now() >= until {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    true
-}
-
-fn now_ms() -> u128 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis()
-}
-
-/// A command that starts a background job (`job & wait`, the common shape), recording the job's
-/// PID; with `escape`, the job leaves the process group with `setsid` (the control).
-fn job_and_wait(pidfile: &Path, escape: bool) -> String {
-    let setsid = if escape { "setsid " } else { "" };
-    format!(
-        "{setsid}sleep 30 >/dev/null 2>&1 & echo $! > {}; wait",
-        pidfile.display()
-    )
+fn redis_flags(url: &str) -> Vec<String> {
+    vec!["--redis-url".into(), url.into()]
 }
 
 #[test]
@@ -91,32 +34,14 @@ fn a_lost_lease_stops_the_commands_whole_process_tree() {
         return;
     };
     let url = redis.url();
-    let dir = TempDir::new("run-grandchild").unwrap();
-    for escape in [false, true] {
-        let name = format!("tree-{escape}");
-        let pidfile = dir.path().join(format!("{name}.pid"));
-        let run = run_cmd(&url, &name, "3s", &[], &job_and_wait(&pidfile, escape));
-        let job: u32 = read_when_written(&pidfile).parse().unwrap();
-        // Revoke the lease, as if it had expired and been taken.
+    // Revoke the lease, as if it had expired and been taken.
+    let revoke = |name: &str| {
         let _: () = redis::cmd("DEL")
-            .arg(lock_key(&name))
+            .arg(lock_key(name))
             .query(&mut redis_conn(&url))
             .unwrap();
-        let out = run.wait_with_output().unwrap();
-        assert_eq!(out.status.code(), Some(76));
-        let ended = ends_within(job, Duration::from_millis(500));
-        if escape {
-            // The control: a job that left the group is seen by the same check to survive.
-            assert!(!ended, "the escaped job {job} should still run");
-            signal(job, libc::SIGKILL).unwrap();
-        } else {
-            assert!(
-                ended,
-                "the background job {job} outlived the lease: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-    }
+    };
+    lost_lease_stops_the_whole_tree(&redis_flags(&url), &revoke, "redis");
 }
 
 #[test]
@@ -125,23 +50,19 @@ fn the_work_dies_with_its_supervisor() {
     else {
         return;
     };
-    let url = redis.url();
-    let dir = TempDir::new("run-supervisor").unwrap();
-    for escape in [false, true] {
-        let name = format!("sup-{escape}");
-        let pidfile = dir.path().join(format!("{name}.pid"));
-        let mut run = run_cmd(&url, &name, "3s", &[], &job_and_wait(&pidfile, escape));
-        let job: u32 = read_when_written(&pidfile).parse().unwrap();
-        run.kill().unwrap(); // SIGKILL: no handler, no cleanup of its own
-        run.wait().unwrap();
-        let ended = ends_within(job, Duration::from_millis(500));
-        if escape {
-            assert!(!ended, "the escaped job {job} should still run");
-            signal(job, libc::SIGKILL).unwrap();
-        } else {
-            assert!(ended, "the job {job} outlived its killed supervisor");
-        }
-    }
+    work_dies_with_its_supervisor(&redis_flags(&redis.url()), "redis");
+}
+
+#[test]
+fn a_frozen_network_stops_the_work_before_the_server_expires_the_lease() {
+    let Some(redis) = started_or_skip("run faults: frozen network", RedisServer::start(false))
+    else {
+        return;
+    };
+    let proxy = FreezableProxy::start(([127, 0, 0, 1], redis.port()).into()).unwrap();
+    let proxied = redis_flags(&format!("redis://{}", proxy.addr()));
+    let direct = LockSpec::Redis { url: redis.url() };
+    stall_stops_the_work_before_the_server_expires_the_lease(&proxied, &proxy, &direct, "redis");
 }
 
 #[test]
@@ -157,22 +78,21 @@ fn stalled_renewals_stop_a_slow_command_before_the_server_expires_the_lease() {
         let name = format!("stall-{escape}");
         let started = dir.path().join(format!("{name}.started"));
         let ended = dir.path().join(format!("{name}.ended"));
-        let setsid = if escape { "setsid " } else { "" };
-        let script = format!(
-            "{setsid}sh -c 'trap \"sleep 0.4; date +%s%3N > {e}; exit 0\" TERM; \
-             while true; do sleep 0.02; done' >/dev/null 2>&1 & \
-             echo $! > {s}; wait",
-            e = ended.display(),
-            s = started.display()
+        let script = slow_stopping_job(&started, &ended, escape);
+        let run = run_cmd(
+            &redis_flags(&url),
+            &name,
+            "2s",
+            &["--grace", "600ms"],
+            &script,
         );
-        let run = run_cmd(&url, &name, "2s", &["--grace", "600ms"], &script);
         let job: u32 = read_when_written(&started).parse().unwrap();
         // When the server will expire the lease: the key's remaining TTL, read now.
         let pttl: i64 = redis::cmd("PTTL")
             .arg(lock_key(&name))
             .query(&mut redis_conn(&url))
             .unwrap();
-        let expires_ms = now_ms() as i64 + pttl;
+        let expires_ms = now_ms() + pttl;
         assert!(pttl > 1000, "pttl {pttl}");
         // Stall the server: renewals get no answer (the connection stays open).
         let pid = redis.pid().unwrap();
@@ -199,10 +119,10 @@ fn stalled_renewals_stop_a_slow_command_before_the_server_expires_the_lease() {
         }
         if escape {
             // The control: the same records show a job that outlives the lease.
-            while (now_ms() as i64) < expires_ms + 100 {
+            while now_ms() < expires_ms + 100 {
                 std::thread::sleep(Duration::from_millis(10));
             }
-            let overlap = now_ms() as i64 - expires_ms;
+            let overlap = now_ms() - expires_ms;
             assert!(
                 alive(job) && !ended.exists(),
                 "the escaped job stopped inside the lease"

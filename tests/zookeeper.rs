@@ -9,11 +9,15 @@ use common::contract::{
     blind_campaign_is_caught, election_contract, every_round_served_in_order, lock_contract,
     lost_signal_contract,
 };
+use common::faults;
+use fencecheck::backend::LockSpec;
 use fencecheck::backend::{
     Acquired, FencedStorage, LocalFencedMap, LockService, ZkElection, ZkLock, ZkOptions,
 };
 use fencecheck::protocol::{one_leader_per_term, FencePolicy, History, Token};
-use fencecheck_testkit::{signal, started_or_skip, ServerError, TempDir, ZkCluster};
+use fencecheck_testkit::{
+    signal, started_or_skip, FreezableProxy, ServerError, TempDir, ZkCluster,
+};
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
 use std::sync::{mpsc, Arc};
@@ -449,4 +453,47 @@ fn run_and_demo_work_on_zookeeper() {
     );
     assert!(text.contains("REJECT worker-A token="), "{text}");
     assert!(text.contains("final value : written-by-B"), "{text}");
+}
+
+fn zk_flags(connect: &str) -> Vec<String> {
+    ["--backend", "zookeeper", "--zk", connect]
+        .map(String::from)
+        .to_vec()
+}
+
+/// `fencecheck run` on ZooKeeper under the faults of `tests/run_faults.rs`: the lock node deleted
+/// behind its back, the supervisor killed with SIGKILL, and the network to the ensemble frozen
+/// (the margin measured against ZooKeeper itself: the session expires and its node goes); each
+/// with the escaped control.
+#[test]
+fn run_faults_on_zookeeper() {
+    let Some(zk) = started_or_skip("run faults on zookeeper", ZkCluster::start(1)) else {
+        return;
+    };
+    let connect = zk.connect_string();
+    let revoke = |name: &str| {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let raw = zookeeper_client::Client::connect(&connect).await.unwrap();
+            let path = format!("/fencecheck/{name}");
+            for node in raw.list_children(&path).await.unwrap() {
+                raw.delete(&format!("{path}/{node}"), None).await.unwrap();
+            }
+        });
+    };
+    let flags = zk_flags(&connect);
+    faults::lost_lease_stops_the_whole_tree(&flags, &revoke, "zookeeper");
+    faults::work_dies_with_its_supervisor(&flags, "zookeeper");
+    let proxy = FreezableProxy::start(zk.address(0).parse().unwrap()).unwrap();
+    let proxied = zk_flags(&proxy.addr().to_string());
+    let direct = LockSpec::Zookeeper { connect };
+    faults::stall_stops_the_work_before_the_server_expires_the_lease(
+        &proxied,
+        &proxy,
+        &direct,
+        "zookeeper",
+    );
 }

@@ -8,6 +8,8 @@
 //! protocol or the backends it is used to test.
 #![deny(missing_docs)]
 
+pub mod proxy;
 pub mod servers;
 
+pub use proxy::FreezableProxy;
 pub use servers::*;

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod contract;
+pub mod faults;
 
 /// The path of example `name`'s binary, built when missing (`cargo test` builds every example,
 /// but a run filtered to one test file does not).

@@ -1,0 +1,233 @@
+//! `fencecheck run` under faults, the same checks on every backend: a lost lease stops the
+//! command's whole process tree, the work dies with its supervisor, and a network stall between
+//! the supervisor and its server stops a slow-stopping job before the server expires the lease
+//! (the margin measured against the server itself). Each check runs a control beside it: a job
+//! that leaves the command's process group (`setsid`) is seen by the same check to outlive the
+//! lease.
+
+use fencecheck::backend::{connect, LockService, LockSpec};
+use fencecheck_testkit::{signal, FreezableProxy, TempDir};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Starts `fencecheck run FLAGS --name NAME --ttl TTL EXTRA -- sh -c SCRIPT`, with a state
+/// directory of its own.
+pub fn run_cmd(flags: &[String], name: &str, ttl: &str, extra: &[&str], script: &str) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_fencecheck"))
+        .env(
+            "XDG_STATE_HOME",
+            fencecheck_testkit::fresh_dir(env!("CARGO_TARGET_TMPDIR"), "state"),
+        )
+        .arg("run")
+        .args(flags)
+        .args(["--name", name, "--ttl", ttl])
+        .args(extra)
+        .args(["--", "sh", "-c", script])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start fencecheck run")
+}
+
+/// Waits for `path` to hold a line, and returns it.
+pub fn read_when_written(path: &Path) -> String {
+    let until = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Ok(t) = std::fs::read_to_string(path) {
+            if t.ends_with('\n') {
+                return t.trim().to_string();
+            }
+        }
+        assert!(Instant::now() < until, "{} never written", path.display());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Whether process `pid` is still running (a zombie counts as ended).
+pub fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+/// Whether `pid` has ended within `within`.
+pub fn ends_within(pid: u32, within: Duration) -> bool {
+    let until = Instant::now() + within;
+    while alive(pid) {
+        if Instant::now() >= until {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    true
+}
+
+/// Milliseconds since the Unix epoch (the clock the jobs' own `date +%s%3N` records use).
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+/// A command that starts a background job (`job & wait`, the common shape), recording the job's
+/// PID; with `escape`, the job leaves the process group with `setsid` (the control).
+pub fn job_and_wait(pidfile: &Path, escape: bool) -> String {
+    let setsid = if escape { "setsid " } else { "" };
+    format!(
+        "{setsid}sleep 30 >/dev/null 2>&1 & echo $! > {}; wait",
+        pidfile.display()
+    )
+}
+
+/// The lease is taken away behind `run`'s back (`revoke(name)`): exit 76 and the background job
+/// ends with it; the escaped control survives.
+pub fn lost_lease_stops_the_whole_tree(flags: &[String], revoke: &dyn Fn(&str), label: &str) {
+    let dir = TempDir::new("run-tree").unwrap();
+    for escape in [false, true] {
+        let name = format!("tree-{escape}");
+        let pidfile = dir.path().join(format!("{name}.pid"));
+        let run = run_cmd(flags, &name, "3s", &[], &job_and_wait(&pidfile, escape));
+        let job: u32 = read_when_written(&pidfile).parse().unwrap();
+        revoke(&name);
+        let out = run.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(76), "{label}: {stderr}");
+        let what = format!("{label}: the background job {job} outlived the lease: {stderr}");
+        judge(job, escape, Duration::from_millis(1500), &what);
+    }
+}
+
+/// The job must end within `within`; with `escape` (the control) it must not, and is killed.
+fn judge(job: u32, escape: bool, within: Duration, what: &str) {
+    let ended = ends_within(job, within);
+    if escape {
+        assert!(!ended, "the escaped job {job} should still run");
+        signal(job, libc::SIGKILL).unwrap();
+    } else {
+        assert!(ended, "{what}");
+    }
+}
+
+/// `run` killed with SIGKILL: its job goes with it; the escaped control survives.
+pub fn work_dies_with_its_supervisor(flags: &[String], label: &str) {
+    let dir = TempDir::new("run-supervisor").unwrap();
+    for escape in [false, true] {
+        let name = format!("sup-{escape}");
+        let pidfile = dir.path().join(format!("{name}.pid"));
+        let mut run = run_cmd(flags, &name, "3s", &[], &job_and_wait(&pidfile, escape));
+        let job: u32 = read_when_written(&pidfile).parse().unwrap();
+        run.kill().unwrap(); // SIGKILL: no handler, no cleanup of its own
+        run.wait().unwrap();
+        let what = format!("{label}: the job {job} outlived its killed supervisor");
+        judge(job, escape, Duration::from_millis(500), &what);
+    }
+}
+
+/// A command whose background job needs 400 ms to stop after SIGTERM and then records when it
+/// really ended (ms since the epoch, in `ended`); its PID goes to `started`. With `escape` the
+/// job runs outside the command's process group, where no signal reaches it (the control).
+pub fn slow_stopping_job(started: &Path, ended: &Path, escape: bool) -> String {
+    let setsid = if escape { "setsid " } else { "" };
+    format!(
+        "{setsid}sh -c 'trap \"sleep 0.4; date +%s%3N > {e}; exit 0\" TERM; \
+         while true; do sleep 0.02; done' >/dev/null 2>&1 & \
+         echo $! > {s}; wait",
+        e = ended.display(),
+        s = started.display()
+    )
+}
+
+/// What a stall trial measured, in ms.
+#[derive(Debug)]
+pub struct StallMargins {
+    /// The server's expiry minus the job's own end record (positive: stopped in time).
+    pub margin_ms: i64,
+    /// How long the escaped control still ran after the server's expiry.
+    pub control_overlap_ms: i64,
+}
+
+/// The network between `run` and its server freezes (`proxy`, which `proxied` flags point
+/// through): renewals get no answer. The job needs 400 ms to stop after SIGTERM; the server
+/// (reached directly at `direct`) is watched for the moment the lease is gone. The job must end
+/// before it; the escaped control is seen still running after it.
+pub fn stall_stops_the_work_before_the_server_expires_the_lease(
+    proxied: &[String],
+    proxy: &FreezableProxy,
+    direct: &LockSpec,
+    label: &str,
+) -> StallMargins {
+    let dir = TempDir::new("run-stall").unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut margins = StallMargins {
+        margin_ms: 0,
+        control_overlap_ms: 0,
+    };
+    for escape in [false, true] {
+        let name = format!("stall-{escape}");
+        let started = dir.path().join(format!("{name}.started"));
+        let ended = dir.path().join(format!("{name}.ended"));
+        let script = slow_stopping_job(&started, &ended, escape);
+        let run = run_cmd(proxied, &name, "2s", &["--grace", "600ms"], &script);
+        let job: u32 = read_when_written(&started).parse().unwrap();
+        let watcher = rt
+            .block_on(connect(
+                direct,
+                &name,
+                Duration::from_secs(2),
+                Duration::from_secs(2),
+            ))
+            .expect("a direct connection to the server");
+        let token = rt
+            .block_on(watcher.holder())
+            .unwrap()
+            .expect("run holds the lease")
+            .token;
+        proxy.freeze();
+        // Watch the server until the lease is gone.
+        let until = Instant::now() + Duration::from_secs(20);
+        let expired_ms = loop {
+            let holder = rt.block_on(watcher.holder()).unwrap();
+            if holder.map(|h| h.token) != Some(token) {
+                break now_ms();
+            }
+            assert!(Instant::now() < until, "{label}: the lease never expired");
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        if escape {
+            std::thread::sleep(Duration::from_millis(100));
+            margins.control_overlap_ms = now_ms() - expired_ms;
+            assert!(
+                alive(job) && !ended.exists(),
+                "{label}: the escaped job stopped inside the lease"
+            );
+            signal(job, libc::SIGKILL).unwrap();
+        } else {
+            let end: i64 = read_when_written(&ended).parse().unwrap();
+            margins.margin_ms = expired_ms - end;
+        }
+        proxy.thaw();
+        let out = run.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(76), "{label}: {stderr}");
+        if !escape {
+            assert!(
+                margins.margin_ms > 0,
+                "{label}: the job outlived the lease by {} ms: {stderr}",
+                -margins.margin_ms
+            );
+        }
+    }
+    eprintln!(
+        "{label} stall: the job ended {} ms before the server expired the lease; the escaped \
+         control still ran {} ms after",
+        margins.margin_ms, margins.control_overlap_ms
+    );
+    margins
+}
