@@ -10,6 +10,7 @@ mod common;
 use common::faults::{
     alive, lost_lease_stops_the_whole_tree, now_ms, read_when_written, run_cmd, slow_stopping_job,
     stall_stops_the_work_before_the_server_expires_the_lease, work_dies_with_its_supervisor,
+    StallTrial,
 };
 use fencecheck::backend::LockSpec;
 use fencecheck_testkit::{signal, started_or_skip, FreezableProxy, RedisServer, TempDir};
@@ -224,5 +225,51 @@ fn a_lost_token_counter_is_refused_across_runs() {
         std::fs::read_to_string(&marker).unwrap(),
         "1\n2\n3\n2\n",
         "the control runs with a repeated token"
+    );
+}
+
+/// A supervisor whose clock runs slower than its drift margin covers is outside `run`'s
+/// guarantee: under libfaketime at 70 % speed, with the default margin (1 % of the TTL + 2 ms),
+/// the frozen-network trial sees the job outlive the lease; `--drift 700ms` (more than the
+/// TTL's 30 %) covers the same clock and the job stops inside the lease.
+#[test]
+fn a_slow_supervisor_clock_needs_a_larger_drift() {
+    if Command::new("faketime").arg("--version").output().is_err() {
+        assert!(
+            !fencecheck_testkit::servers_required(),
+            "faketime is not installed (Debian: faketime) and FENCECHECK_REQUIRE_SERVERS is set"
+        );
+        eprintln!("SKIPPED run faults: slow clock: faketime is not installed (Debian: faketime)");
+        return;
+    }
+    let Some(redis) = started_or_skip("run faults: slow clock", RedisServer::start(false)) else {
+        return;
+    };
+    let proxy = FreezableProxy::start(([127, 0, 0, 1], redis.port()).into()).unwrap();
+    let proxied = redis_flags(&format!("redis://{}", proxy.addr()));
+    let direct = LockSpec::Redis { url: redis.url() };
+    let slow = ["faketime", "-f", "+0 x0.7"];
+    let default_drift = StallTrial {
+        wrapper: &slow,
+        proxied: &proxied,
+        extra: &[],
+        proxy: &proxy,
+        direct: &direct,
+    };
+    let (outside, stderr) = default_drift.run("slow-clock", false);
+    assert!(
+        outside < 0,
+        "a 30 % slow clock with a 22 ms margin should outlive the lease: {outside} ms, {stderr}"
+    );
+    let covered = StallTrial {
+        extra: &["--drift", "700ms"],
+        ..default_drift
+    };
+    let (margin, stderr) = covered.run("slow-clock-drift", false);
+    assert!(margin > 0, "--drift 700ms: {margin} ms, {stderr}");
+    eprintln!(
+        "slow clock (x0.7): default drift, the job outlived the lease by {} ms; --drift 700ms, \
+         it ended {margin} ms before",
+        -outside
     );
 }

@@ -14,19 +14,39 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 /// Starts `fencecheck run FLAGS --name NAME --ttl TTL EXTRA -- sh -c SCRIPT`, with a state
 /// directory of its own.
 pub fn run_cmd(flags: &[String], name: &str, ttl: &str, extra: &[&str], script: &str) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_fencecheck"))
-        .env(
-            "XDG_STATE_HOME",
-            fencecheck_testkit::fresh_dir(env!("CARGO_TARGET_TMPDIR"), "state"),
-        )
-        .arg("run")
-        .args(flags)
-        .args(["--name", name, "--ttl", ttl])
-        .args(extra)
-        .args(["--", "sh", "-c", script])
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start fencecheck run")
+    run_cmd_under(&[], flags, name, ttl, extra, script)
+}
+
+/// [`run_cmd`] started under `wrapper` (a command and its arguments, such as `faketime`).
+pub fn run_cmd_under(
+    wrapper: &[&str],
+    flags: &[String],
+    name: &str,
+    ttl: &str,
+    extra: &[&str],
+    script: &str,
+) -> Child {
+    let fencecheck = env!("CARGO_BIN_EXE_fencecheck");
+    let mut cmd = match wrapper.split_first() {
+        Some((program, args)) => {
+            let mut c = Command::new(program);
+            c.args(args).arg(fencecheck);
+            c
+        }
+        None => Command::new(fencecheck),
+    };
+    cmd.env(
+        "XDG_STATE_HOME",
+        fencecheck_testkit::fresh_dir(env!("CARGO_TARGET_TMPDIR"), "state"),
+    )
+    .arg("run")
+    .args(flags)
+    .args(["--name", name, "--ttl", ttl])
+    .args(extra)
+    .args(["--", "sh", "-c", script])
+    .stderr(Stdio::piped())
+    .spawn()
+    .expect("start fencecheck run")
 }
 
 /// Waits for `path` to hold a line, and returns it.
@@ -129,11 +149,12 @@ pub fn work_dies_with_its_supervisor(flags: &[String], label: &str) {
 
 /// A command whose background job needs 400 ms to stop after SIGTERM and then records when it
 /// really ended (ms since the epoch, in `ended`); its PID goes to `started`. With `escape` the
-/// job runs outside the command's process group, where no signal reaches it (the control).
+/// job runs outside the command's process group, where no signal reaches it (the control). The
+/// job runs on the real clock even when `run` runs under libfaketime.
 pub fn slow_stopping_job(started: &Path, ended: &Path, escape: bool) -> String {
     let setsid = if escape { "setsid " } else { "" };
     format!(
-        "{setsid}sh -c 'trap \"sleep 0.4; date +%s%3N > {e}; exit 0\" TERM; \
+        "{setsid}env -u LD_PRELOAD -u FAKETIME sh -c 'trap \"sleep 0.4; date +%s%3N > {e}; exit 0\" TERM; \
          while true; do sleep 0.02; done' >/dev/null 2>&1 & \
          echo $! > {s}; wait",
         e = ended.display(),
@@ -160,26 +181,69 @@ pub fn stall_stops_the_work_before_the_server_expires_the_lease(
     direct: &LockSpec,
     label: &str,
 ) -> StallMargins {
-    let dir = TempDir::new("run-stall").unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let mut margins = StallMargins {
-        margin_ms: 0,
-        control_overlap_ms: 0,
+    let trial = StallTrial {
+        wrapper: &[],
+        proxied,
+        extra: &[],
+        proxy,
+        direct,
     };
-    for escape in [false, true] {
-        let name = format!("stall-{escape}");
-        let started = dir.path().join(format!("{name}.started"));
-        let ended = dir.path().join(format!("{name}.ended"));
+    let (margin_ms, stderr) = trial.run("stall", false);
+    assert!(
+        margin_ms > 0,
+        "{label}: the job outlived the lease by {} ms: {stderr}",
+        -margin_ms
+    );
+    let (control, _) = trial.run("stall-control", true);
+    let margins = StallMargins {
+        margin_ms,
+        control_overlap_ms: -control,
+    };
+    eprintln!(
+        "{label} stall: the job ended {} ms before the server expired the lease; the escaped \
+         control still ran {} ms after",
+        margins.margin_ms, margins.control_overlap_ms
+    );
+    margins
+}
+
+/// One stall trial's setting.
+pub struct StallTrial<'a> {
+    /// A command `run` is started under (e.g. `faketime -f "+0 x0.9"`), or none.
+    pub wrapper: &'a [&'a str],
+    /// `run`'s flags to reach the server through the proxy.
+    pub proxied: &'a [String],
+    /// More flags for `run` (e.g. `--drift 300ms`).
+    pub extra: &'a [&'a str],
+    /// The proxy that freezes.
+    pub proxy: &'a FreezableProxy,
+    /// The server, reached directly.
+    pub direct: &'a LockSpec,
+}
+
+impl StallTrial<'_> {
+    /// Runs a slow-stopping job (400 ms from SIGTERM, its own end record on the real clock) under
+    /// `run` with TTL 2 s and grace 600 ms, freezes the network, and watches the server until
+    /// the lease is gone. Returns the job's margin before that moment in ms (negative: the job
+    /// outlived the lease; for `escape`, the control, how long it was still seen running) and
+    /// `run`'s stderr.
+    pub fn run(&self, name: &str, escape: bool) -> (i64, String) {
+        let dir = TempDir::new("run-stall").unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let started = dir.path().join("started");
+        let ended = dir.path().join("ended");
         let script = slow_stopping_job(&started, &ended, escape);
-        let run = run_cmd(proxied, &name, "2s", &["--grace", "600ms"], &script);
+        let mut extra = vec!["--grace", "600ms"];
+        extra.extend_from_slice(self.extra);
+        let run = run_cmd_under(self.wrapper, self.proxied, name, "2s", &extra, &script);
         let job: u32 = read_when_written(&started).parse().unwrap();
         let watcher = rt
             .block_on(connect(
-                direct,
-                &name,
+                self.direct,
+                name,
                 Duration::from_secs(2),
                 Duration::from_secs(2),
             ))
@@ -189,45 +253,32 @@ pub fn stall_stops_the_work_before_the_server_expires_the_lease(
             .unwrap()
             .expect("run holds the lease")
             .token;
-        proxy.freeze();
-        // Watch the server until the lease is gone.
+        self.proxy.freeze();
         let until = Instant::now() + Duration::from_secs(20);
         let expired_ms = loop {
             let holder = rt.block_on(watcher.holder()).unwrap();
             if holder.map(|h| h.token) != Some(token) {
                 break now_ms();
             }
-            assert!(Instant::now() < until, "{label}: the lease never expired");
+            assert!(Instant::now() < until, "{name}: the lease never expired");
             std::thread::sleep(Duration::from_millis(5));
         };
-        if escape {
+        let margin = if escape {
             std::thread::sleep(Duration::from_millis(100));
-            margins.control_overlap_ms = now_ms() - expired_ms;
             assert!(
                 alive(job) && !ended.exists(),
-                "{label}: the escaped job stopped inside the lease"
+                "{name}: the escaped job stopped inside the lease"
             );
+            let overlap = now_ms() - expired_ms;
             signal(job, libc::SIGKILL).unwrap();
+            -overlap
         } else {
-            let end: i64 = read_when_written(&ended).parse().unwrap();
-            margins.margin_ms = expired_ms - end;
-        }
-        proxy.thaw();
+            expired_ms - read_when_written(&ended).parse::<i64>().unwrap()
+        };
+        self.proxy.thaw();
         let out = run.wait_with_output().unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(76), "{label}: {stderr}");
-        if !escape {
-            assert!(
-                margins.margin_ms > 0,
-                "{label}: the job outlived the lease by {} ms: {stderr}",
-                -margins.margin_ms
-            );
-        }
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(76), "{name}: {stderr}");
+        (margin, stderr)
     }
-    eprintln!(
-        "{label} stall: the job ended {} ms before the server expired the lease; the escaped \
-         control still ran {} ms after",
-        margins.margin_ms, margins.control_overlap_ms
-    );
-    margins
 }
