@@ -471,3 +471,80 @@ fn wait_rides_out_a_lock_service_outage() {
         t0.elapsed()
     );
 }
+
+/// An acquire whose reply is lost times out on the client after the server granted it. `run`
+/// then frees the lease the server shows for its own owner name instead of leaving it to block
+/// every run for a whole TTL (30 s here); with `--wait` it takes the lock on the next attempt.
+/// The control: replies held back past the cleanup too, and the leftover lease is seen.
+#[test]
+fn a_timed_out_acquire_does_not_leave_the_lock_held() {
+    let Some(redis) = started_or_skip("run: lost reply", RedisServer::start(false)) else {
+        return;
+    };
+    let proxy =
+        fencecheck_testkit::FreezableProxy::start(([127, 0, 0, 1], redis.port()).into()).unwrap();
+    let via_proxy = format!("redis://{}", proxy.addr());
+    let held = |name: &str| -> bool {
+        let mut conn = redis::Client::open(redis.url())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        redis::cmd("EXISTS")
+            .arg(format!("fencecheck:{{{name}}}:lock"))
+            .query::<i64>(&mut conn)
+            .unwrap()
+            == 1
+    };
+    let run = |name: &str, extra: &[&str], thaw_after: Duration| {
+        // The acquire script is the first script `run` runs: its reply is held back.
+        proxy.freeze_replies_after(b"EVALSHA");
+        let thaw = std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(thaw_after);
+                proxy.thaw();
+            });
+            let mut args = vec!["run", "--redis-url", &via_proxy, "--name", name];
+            args.extend_from_slice(&["--timeout", "250ms"]);
+            args.extend_from_slice(extra);
+            args.extend_from_slice(&["--", "true"]);
+            let t0 = Instant::now();
+            let out = fencecheck(&args);
+            (out, t0.elapsed())
+        });
+        thaw
+    };
+    // One ordinary run loads the scripts into the server, so every later acquire is one EVALSHA.
+    let out = fencecheck(&[
+        "run",
+        "--redis-url",
+        &via_proxy,
+        "--name",
+        "warm",
+        "--",
+        "true",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    // No --wait: exit 69, and the lease granted behind the timeout is freed.
+    let (out, _) = run("lost-reply", &[], Duration::from_millis(400));
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(69), "{err}");
+    assert!(err.contains("released that lease"), "{err}");
+    assert!(!held("lost-reply"), "the granted lease was left behind");
+    // --wait: the next attempt frees it and takes the lock, long before the 30 s TTL.
+    let (out, took) = run(
+        "lost-reply-wait",
+        &["--wait", "10s"],
+        Duration::from_millis(400),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    eprintln!("lost acquire reply, --wait 10s: ran after {took:?} (TTL 30 s)");
+    // The control: replies held back for 2 s, past the cleanup's own timeout: the lease stays,
+    // and the same check sees it.
+    let (out, _) = run("lost-reply-control", &[], Duration::from_secs(2));
+    assert_eq!(out.status.code(), Some(69), "{}", text(&out.stderr));
+    assert!(
+        held("lost-reply-control"),
+        "the control's lease should be left"
+    );
+}

@@ -229,6 +229,21 @@ pub(super) fn run(args: RunArgs) -> Result<ExitCode, UsageError> {
     })
 }
 
+/// After an acquire that timed out on the client, the server may have granted it all the same:
+/// frees a lease the server shows for `owner` (unique to this run: HOST:PID by default), so it
+/// does not keep everyone out for a whole TTL. Best effort; says what it did.
+async fn free_own_lease(lock: &AnyLock, owner: &str) {
+    if let Ok(Some(h)) = lock.holder().await {
+        if h.owner == owner && lock.release(owner, h.token).await.unwrap_or(false) {
+            eprintln!(
+                "fencecheck run: the acquire timed out after the server had granted it; released \
+                 that lease (token {})",
+                h.token
+            );
+        }
+    }
+}
+
 /// Runs `attempt` until it succeeds or fails for a reason other than reachability; when `retry`,
 /// an unreachable or slow service is tried again with a backoff (50 ms doubling to 1 s) until
 /// `until` (`None`: for ever). One line says so the first time.
@@ -281,14 +296,27 @@ async fn run_holding(
                 );
                 return Ok(ExitCode::from(EXIT_LOCK_BUSY));
             }
+            Err(e @ BackendError::Timeout { .. }) => {
+                free_own_lease(&lock, &owner).await;
+                Err(e)
+            }
             Err(e) => Err(e),
         },
         // The time left of --wait at each attempt ("forever": a century), the outage ridden out.
         Some(_) | None => {
             let century = Duration::from_secs(100 * 365 * 86_400);
+            let timed_out = std::cell::Cell::new(false);
             ride_out(true, until, || {
                 let left = until.map_or(century, |u| u.saturating_duration_since(Instant::now()));
-                lock.acquire(&owner, left)
+                let (lock, owner, timed_out) = (&lock, &owner, &timed_out);
+                async move {
+                    if timed_out.get() {
+                        free_own_lease(lock, owner).await;
+                    }
+                    let r = lock.acquire(owner, left).await;
+                    timed_out.set(matches!(r, Err(BackendError::Timeout { .. })));
+                    r
+                }
             })
             .await
         }

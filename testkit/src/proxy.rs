@@ -5,7 +5,7 @@
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
@@ -14,8 +14,22 @@ use std::time::Duration;
 #[derive(Debug)]
 pub struct FreezableProxy {
     addr: SocketAddr,
+    /// Client to server.
     frozen: Arc<AtomicBool>,
+    /// Server to client.
+    replies_frozen: Arc<AtomicBool>,
+    /// Freeze the replies once a request carrying these bytes has been forwarded.
+    trigger: Trigger,
     closed: Arc<AtomicBool>,
+}
+
+type Trigger = Arc<Mutex<Option<Vec<u8>>>>;
+
+/// One direction of a connection.
+struct Pump {
+    frozen: Arc<AtomicBool>,
+    /// Client to server only: the trigger, and the replies it freezes.
+    trigger: Option<(Trigger, Arc<AtomicBool>)>,
 }
 
 impl FreezableProxy {
@@ -25,15 +39,22 @@ impl FreezableProxy {
         let addr = listener.local_addr()?;
         listener.set_nonblocking(true)?;
         let frozen = Arc::new(AtomicBool::new(false));
+        let replies_frozen = Arc::new(AtomicBool::new(false));
+        let trigger: Trigger = Arc::new(Mutex::new(None));
         let closed = Arc::new(AtomicBool::new(false));
-        let (f, c) = (Arc::clone(&frozen), Arc::clone(&closed));
+        let (f, r, t, c) = (
+            Arc::clone(&frozen),
+            Arc::clone(&replies_frozen),
+            Arc::clone(&trigger),
+            Arc::clone(&closed),
+        );
         thread::spawn(move || {
             while !c.load(Ordering::Relaxed) {
                 match listener.accept() {
                     Ok((client, _)) => {
                         let _ = client.set_nonblocking(false);
                         if let Ok(server) = TcpStream::connect(upstream) {
-                            pump_both(client, server, &f);
+                            pump_both(client, server, &f, &r, &t);
                         }
                     }
                     Err(_) => thread::sleep(Duration::from_millis(2)),
@@ -43,6 +64,8 @@ impl FreezableProxy {
         Ok(FreezableProxy {
             addr,
             frozen,
+            replies_frozen,
+            trigger,
             closed,
         })
     }
@@ -52,14 +75,28 @@ impl FreezableProxy {
         self.addr
     }
 
-    /// Stops forwarding (bytes read from now on wait in the proxy).
+    /// Stops forwarding both ways (bytes read from now on wait in the proxy).
     pub fn freeze(&self) {
         self.frozen.store(true, Ordering::SeqCst);
+        self.replies_frozen.store(true, Ordering::SeqCst);
     }
 
-    /// Forwards again, including what waited.
+    /// Stops forwarding the server's replies only: requests still arrive and take effect, the
+    /// client hears nothing back (a reply lost or late).
+    pub fn freeze_replies(&self) {
+        self.replies_frozen.store(true, Ordering::SeqCst);
+    }
+
+    /// Freezes the server's replies once a request carrying `pattern` has been forwarded (for
+    /// example the command that takes a lock): that request takes effect, its answer is held.
+    pub fn freeze_replies_after(&self, pattern: &[u8]) {
+        *self.trigger.lock().expect("poisoned") = Some(pattern.to_vec());
+    }
+
+    /// Forwards again both ways, including what waited.
     pub fn thaw(&self) {
         self.frozen.store(false, Ordering::SeqCst);
+        self.replies_frozen.store(false, Ordering::SeqCst);
     }
 }
 
@@ -70,29 +107,54 @@ impl Drop for FreezableProxy {
     }
 }
 
-fn pump_both(client: TcpStream, server: TcpStream, frozen: &Arc<AtomicBool>) {
+fn pump_both(
+    client: TcpStream,
+    server: TcpStream,
+    frozen: &Arc<AtomicBool>,
+    replies_frozen: &Arc<AtomicBool>,
+    trigger: &Trigger,
+) {
     let (Ok(c2), Ok(s2)) = (client.try_clone(), server.try_clone()) else {
         return;
     };
-    let (f1, f2) = (Arc::clone(frozen), Arc::clone(frozen));
-    thread::spawn(move || pump(client, server, &f1));
-    thread::spawn(move || pump(s2, c2, &f2));
+    let requests = Pump {
+        frozen: Arc::clone(frozen),
+        trigger: Some((Arc::clone(trigger), Arc::clone(replies_frozen))),
+    };
+    let replies = Pump {
+        frozen: Arc::clone(replies_frozen),
+        trigger: None,
+    };
+    thread::spawn(move || requests.run(client, server));
+    thread::spawn(move || replies.run(s2, c2));
 }
 
-/// Copies `from` to `to`, holding every chunk while frozen.
-fn pump(mut from: TcpStream, mut to: TcpStream, frozen: &AtomicBool) {
-    let mut buf = [0u8; 16 * 1024];
-    loop {
-        let n = match from.read(&mut buf) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
-        };
-        while frozen.load(Ordering::SeqCst) {
-            thread::sleep(Duration::from_millis(1));
+impl Pump {
+    /// Copies `from` to `to`, holding every chunk while frozen.
+    fn run(&self, mut from: TcpStream, mut to: TcpStream) {
+        let mut buf = [0u8; 16 * 1024];
+        loop {
+            let n = match from.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            while self.frozen.load(Ordering::SeqCst) {
+                thread::sleep(Duration::from_millis(1));
+            }
+            if to.write_all(&buf[..n]).is_err() {
+                break;
+            }
+            if let Some((trigger, replies)) = &self.trigger {
+                let mut armed = trigger.lock().expect("poisoned");
+                let hit = armed
+                    .as_deref()
+                    .is_some_and(|p| buf[..n].windows(p.len()).any(|w| w == p));
+                if hit {
+                    replies.store(true, Ordering::SeqCst);
+                    *armed = None;
+                }
+            }
         }
-        if to.write_all(&buf[..n]).is_err() {
-            break;
-        }
+        let _ = to.shutdown(Shutdown::Write);
     }
-    let _ = to.shutdown(Shutdown::Write);
 }
