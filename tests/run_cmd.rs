@@ -364,6 +364,68 @@ fn bad_input_is_rejected_with_a_reason() {
     assert!(text(&out.stderr).contains(&format!("cannot connect to redis at 127.0.0.1:{port}")));
 }
 
+/// Addresses and names the lock services would refuse, or servers that are not what the flag
+/// says: one line each; exit 2 for what the input alone shows wrong, 69 for a server that
+/// answers in another protocol (here an HTTP server, for Redis and for etcd).
+#[test]
+fn every_backend_reports_bad_input_and_wrong_servers_in_one_line() {
+    let http = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = http.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut conn in http.incoming().flatten() {
+            use std::io::{Read, Write};
+            let mut buf = [0u8; 1024];
+            let _ = conn.read(&mut buf);
+            let _ = conn.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n");
+        }
+    });
+    let redis_url = format!("redis://127.0.0.1:{port}");
+    let etcd_url = format!("http://127.0.0.1:{port}");
+    let cases: [(&[&str], i32, &str); 4] = [
+        (
+            &[
+                "--backend",
+                "zookeeper",
+                "--zk",
+                "zk://127.0.0.1:2181",
+                "--name",
+                "x",
+            ],
+            2,
+            "has a scheme",
+        ),
+        (
+            &[
+                "--backend",
+                "zookeeper",
+                "--zk",
+                "127.0.0.1:2181",
+                "--name",
+                "🔒",
+            ],
+            2,
+            "ZooKeeper refuses",
+        ),
+        (
+            &["--redis-url", &redis_url, "--name", "x"],
+            69,
+            "not the Redis protocol",
+        ),
+        (
+            &["--backend", "etcd", "--endpoints", &etcd_url, "--name", "x"],
+            69,
+            "no gRPC answer",
+        ),
+    ];
+    for (flags, code, says) in cases {
+        let out = fencecheck(&[&["run"][..], flags, &["--timeout", "2s", "--", "true"]].concat());
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{flags:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{flags:?}: {err}");
+        assert!(err.contains(says), "{flags:?}: {err}");
+    }
+}
+
 #[test]
 fn demo_tells_the_story_on_redis_and_postgres() {
     let Some(redis) = started_or_skip("demo on redis", RedisServer::start(false)) else {

@@ -161,8 +161,18 @@ pub(crate) async fn bounded_connect<T, E: std::fmt::Display>(
         .map_err(|e| BackendError::Connect {
             backend,
             target,
-            detail: e.to_string(),
+            detail: one_line(&e.to_string()),
         })
+}
+
+/// A server's or client library's error text as one line: its lines joined with "; ", blanks
+/// dropped (a protocol parse error from a server that is not what the URL says can span several).
+pub(crate) fn one_line(text: &str) -> String {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 impl BackendError {

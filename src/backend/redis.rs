@@ -163,13 +163,12 @@ impl Conn {
             .set_connection_timeout(Some(self.options.connect_timeout))
             .set_response_timeout(Some(self.options.response_timeout));
         let bound = self.options.connect_timeout + self.options.response_timeout;
-        let conn = super::bounded_connect(
-            BACKEND,
-            self.target.clone(),
-            bound,
+        let conn = super::bounded_connect(BACKEND, self.target.clone(), bound, async {
             self.client
-                .get_multiplexed_async_connection_with_config(&config),
-        )
+                .get_multiplexed_async_connection_with_config(&config)
+                .await
+                .map_err(|e| describe(&e))
+        })
         .await?;
         *self.cached.lock().expect("poisoned") = Some(conn.clone());
         Ok(conn)
@@ -198,7 +197,7 @@ impl Conn {
                 Err(BackendError::Server {
                     backend: BACKEND,
                     operation,
-                    detail: e.to_string(),
+                    detail: describe(&e),
                 })
             }
         }
@@ -470,4 +469,16 @@ impl FencedStorage for RedisFencedStore {
             })),
         }
     }
+}
+
+/// A Redis client error in one line; an answer that is not the Redis protocol at all (an HTTP or
+/// TLS port, another service) says so rather than print the parser's complaints.
+fn describe(e: &redis::RedisError) -> String {
+    let text = e.to_string();
+    if e.kind() == redis::ErrorKind::Parse || text.contains("Parse error") {
+        return "the answer is not the Redis protocol (is this a Redis server's address? an HTTP \
+                or TLS port answers like this)"
+            .into();
+    }
+    super::one_line(&text)
 }

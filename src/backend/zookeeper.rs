@@ -155,6 +155,21 @@ fn lock_path(name: &str) -> Result<String, BackendError> {
             ));
         }
     }
+    // The characters ZooKeeper refuses in a path (its PathUtils): controls, and what Java holds as
+    // surrogates or private use (every character beyond U+FFFF, such as emoji).
+    let refused = |c: char| {
+        c <= '\u{1f}'
+            || ('\u{7f}'..='\u{9f}').contains(&c)
+            || ('\u{e000}'..='\u{f8ff}').contains(&c)
+            || c >= '\u{fff0}'
+    };
+    if let Some(c) = path.chars().find(|&c| refused(c)) {
+        return bad(format!(
+            "{name:?} contains {c:?} (U+{:04X}), which ZooKeeper refuses in a path: control \
+             characters, U+E000-U+F8FF and everything from U+FFF0 (emoji included)",
+            u32::from(c)
+        ));
+    }
     if path == "/" || path == "/zookeeper" || path.starts_with("/zookeeper/") {
         return bad(format!("{name:?} is reserved by ZooKeeper"));
     }
@@ -170,8 +185,16 @@ fn validate_connect(connect: &str) -> Result<(), BackendError> {
         ));
     }
     for server in connect.split(',') {
+        if server.contains("://") {
+            return Err(BackendError::invalid(
+                "ZooKeeper connect string",
+                format!(
+                    "{server:?} in {connect:?} has a scheme; expected HOST:PORT[,HOST:PORT...]"
+                ),
+            ));
+        }
         let ok = server.rsplit_once(':').is_some_and(|(host, port)| {
-            !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0)
+            !host.is_empty() && !host.contains('/') && port.parse::<u16>().is_ok_and(|p| p > 0)
         });
         if !ok {
             return Err(BackendError::invalid(
@@ -729,6 +752,9 @@ mod tests {
     fn connect_strings_are_checked() {
         assert!(validate_connect("127.0.0.1:2181").is_ok());
         assert!(validate_connect("a:1,b:2,c:3").is_ok());
+        for bad in ["zk://127.0.0.1:2181", "h/chroot:2181"] {
+            assert!(validate_connect(bad).is_err(), "{bad}");
+        }
         for bad in [
             "",
             " ",
@@ -749,6 +775,11 @@ mod tests {
         assert_eq!(lock_path("nightly").unwrap(), "/fencecheck/nightly");
         assert_eq!(lock_path("/locks/nightly").unwrap(), "/locks/nightly");
         assert_eq!(lock_path("a/b").unwrap(), "/fencecheck/a/b");
+        assert_eq!(lock_path("é-ü").unwrap(), "/fencecheck/é-ü");
+        for refused in ["🔒", "a\u{fff5}b", "x\u{e000}"] {
+            let e = lock_path(refused).unwrap_err().to_string();
+            assert!(e.contains("ZooKeeper refuses"), "{e}");
+        }
         for bad in ["/", "/a/", "/a//b", "a/../b", "/zookeeper/x", "", "a{b}"] {
             assert!(lock_path(bad).is_err(), "{bad:?} accepted");
         }

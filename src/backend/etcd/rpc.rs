@@ -325,6 +325,10 @@ pub fn describe(status: &Status) -> String {
     let code = status.code();
     match (code, message.is_empty()) {
         (Code::Unavailable, _) => "unreachable (no gRPC answer: is it an etcd client URL?)".into(),
+        // What an HTTP/1 server (or anything else that is not gRPC) leaves tonic with.
+        (Code::Unknown, _) if message.contains("transport error") => {
+            "no gRPC answer (is this an etcd client URL? an HTTP port answers like this)".into()
+        }
         (Code::Unimplemented, _) | (Code::Internal, _) => {
             format!("not an etcd v3 server? ({code:?}: {message})")
         }
