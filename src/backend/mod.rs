@@ -165,6 +165,25 @@ pub(crate) async fn bounded_connect<T, E: std::fmt::Display>(
         })
 }
 
+/// The token a server's signed counter stands for (an etcd revision, a ZooKeeper zxid, a
+/// PostgreSQL BIGINT); a negative one is a server error naming the operation, never a cast.
+pub(crate) fn server_token(
+    backend: &'static str,
+    operation: &'static str,
+    value: i64,
+) -> Result<Token, BackendError> {
+    Token::try_from(value).map_err(|e| BackendError::Server {
+        backend,
+        operation,
+        detail: e.to_string(),
+    })
+}
+
+/// Whether a server's signed counter is `token`.
+pub(crate) fn is_token(value: i64, token: Token) -> bool {
+    Token::try_from(value) == Ok(token)
+}
+
 /// A server's or client library's error text as one line: its lines joined with "; ", blanks
 /// dropped (a protocol parse error from a server that is not what the URL says can span several).
 pub(crate) fn one_line(text: &str) -> String {

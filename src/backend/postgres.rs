@@ -224,7 +224,7 @@ impl PgFencedStore {
         .await?;
         Ok(WriteOutcome::Stale(StaleWrite {
             token,
-            highest: Token::new(row.get::<_, i64>(0) as u64),
+            highest: super::server_token(BACKEND, "write", row.get::<_, i64>(0))?,
         }))
     }
 
@@ -277,9 +277,13 @@ impl FencedStorage for PgFencedStore {
     async fn read(&self, key: &str) -> Result<Option<Stored>, BackendError> {
         validate_name("key", key)?;
         let rows = bounded("read", self.timeout, self.client.query(&self.read, &[&key])).await?;
-        Ok(rows.first().map(|row| Stored {
-            token: Token::new(row.get::<_, i64>(0) as u64),
-            value: row.get::<_, Vec<u8>>(1),
-        }))
+        rows.first()
+            .map(|row| {
+                Ok(Stored {
+                    token: super::server_token(BACKEND, "read", row.get::<_, i64>(0))?,
+                    value: row.get::<_, Vec<u8>>(1),
+                })
+            })
+            .transpose()
     }
 }

@@ -287,7 +287,8 @@ impl RedisLock {
     }
 
     fn ttl_ms(&self) -> u64 {
-        self.ttl.as_millis() as u64
+        // At most 24 h (validate_ttl): far inside u64.
+        u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX)
     }
 }
 

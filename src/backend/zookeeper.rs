@@ -476,11 +476,10 @@ impl ZkLock {
         &self,
         owner: &str,
         node: String,
-        czxid: i64,
+        token: Token,
         session: i64,
         sent_at: Instant,
     ) -> Grant {
-        let token = Token::new(czxid as u64);
         self.held.lock().expect("poisoned").insert(
             token.get(),
             Held {
@@ -554,7 +553,7 @@ impl ZkLock {
         for name in contenders(self.children(&self.reader).await?) {
             let node = format!("{}/{name}", self.dir);
             match self.call("get", true, || self.reader.get_data(&node)).await {
-                Ok((data, stat)) if stat.czxid as u64 == token.get() => {
+                Ok((data, stat)) if super::is_token(stat.czxid, token) => {
                     return Ok((split_value(&data).0 == owner).then_some(node));
                 }
                 Ok(_) => {}
@@ -575,9 +574,10 @@ impl LockService for ZkLock {
     async fn try_acquire(&self, owner: &str) -> Result<Acquired, BackendError> {
         let (client, session, sent_at) = self.session(owner).await?;
         let (node, czxid, contenders) = self.enqueue(&client, owner).await?;
+        let token = super::server_token(BACKEND, "acquire", czxid)?;
         if self.is_first(&node, &contenders) {
             return Ok(Acquired::Granted(
-                self.granted(owner, node, czxid, session, sent_at),
+                self.granted(owner, node, token, session, sent_at),
             ));
         }
         // Not first: leave the line, and read who is first (pipelined).
@@ -605,10 +605,11 @@ impl LockService for ZkLock {
         let deadline = Instant::now() + timeout;
         let (client, session, sent_at) = self.session(owner).await?;
         let (node, czxid, mut contenders) = self.enqueue(&client, owner).await?;
+        let token = super::server_token(BACKEND, "acquire", czxid)?;
         let mut sent_at = sent_at;
         loop {
             if self.is_first(&node, &contenders) {
-                return Ok(Some(self.granted(owner, node, czxid, session, sent_at)));
+                return Ok(Some(self.granted(owner, node, token, session, sent_at)));
             }
             let name = node.rsplit('/').next().unwrap_or_default().to_string();
             let Some(at) = contenders.iter().position(|c| *c == name) else {
@@ -668,7 +669,7 @@ impl LockService for ZkLock {
             .await
         {
             Ok(Some(stat))
-                if stat.czxid as u64 == token.get() && stat.ephemeral_owner == held.session =>
+                if super::is_token(stat.czxid, token) && stat.ephemeral_owner == held.session =>
             {
                 Ok(Some(Grant {
                     token,
@@ -693,14 +694,14 @@ impl LockService for ZkLock {
     }
 
     async fn holder(&self) -> Result<Option<Holder>, BackendError> {
-        Ok(self
-            .first(&self.reader)
-            .await?
-            .map(|(name, data, czxid)| Holder {
-                value: split_value(&data).1,
-                owner: owner_of(&name, &data),
-                token: Token::new(czxid as u64),
-            }))
+        let Some((name, data, czxid)) = self.first(&self.reader).await? else {
+            return Ok(None);
+        };
+        Ok(Some(Holder {
+            value: split_value(&data).1,
+            owner: owner_of(&name, &data),
+            token: super::server_token(BACKEND, "holder", czxid)?,
+        }))
     }
 
     async fn publish(&self, owner: &str, token: Token, value: &str) -> Result<bool, BackendError> {

@@ -24,4 +24,4 @@ pub use history::{
 pub use holder::{Holder, Phase, ScheduleError, Step, StopPolicy};
 pub use lease::{Acquire, Lease, LeaseError, LeaseTable};
 pub use register::{Campaign, TermRegister};
-pub use token::{Token, TokenExhausted, TokenIssuer};
+pub use token::{NegativeToken, Token, TokenExhausted, TokenIssuer};

@@ -27,6 +27,23 @@ impl Token {
     }
 }
 
+/// A server reported a negative number where a token was expected (servers keep revisions,
+/// zxids and BIGINT columns as signed integers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0} is not a token: tokens are positive")]
+pub struct NegativeToken(pub i64);
+
+impl TryFrom<i64> for Token {
+    type Error = NegativeToken;
+
+    /// The token a server's signed counter stands for; negative values are refused, never cast.
+    fn try_from(value: i64) -> Result<Self, NegativeToken> {
+        u64::try_from(value)
+            .map(Token)
+            .map_err(|_| NegativeToken(value))
+    }
+}
+
 impl fmt::Display for Token {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.0.fmt(f)
@@ -83,6 +100,16 @@ impl TokenIssuer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_servers_signed_counter_becomes_a_token_only_when_positive() {
+        assert_eq!(Token::try_from(7_i64), Ok(Token::new(7)));
+        assert_eq!(Token::try_from(-1_i64), Err(NegativeToken(-1)));
+        assert_eq!(
+            NegativeToken(-1).to_string(),
+            "-1 is not a token: tokens are positive"
+        );
+    }
 
     #[test]
     fn tokens_start_at_one_and_increase() {

@@ -171,7 +171,8 @@ impl EtcdLock {
         validate_name("lock name", name)?;
         validate_ttl(ttl)?;
         validate_endpoints(endpoints)?;
-        let ttl_secs = ttl.as_millis().div_ceil(1000).max(1) as i64;
+        // At most 24 h (validate_ttl): far inside i64.
+        let ttl_secs = i64::try_from(ttl.as_millis().div_ceil(1000).max(1)).unwrap_or(i64::MAX);
         let members =
             rpc::Members::new(endpoints, options.connect_timeout, options.request_timeout)
                 .map_err(|reason| BackendError::invalid("etcd endpoint", reason))?;
@@ -179,7 +180,7 @@ impl EtcdLock {
             members,
             name: name.to_string(),
             prefix: format!("{name}/"),
-            ttl: Duration::from_secs(ttl_secs as u64),
+            ttl: Duration::from_secs(ttl_secs.unsigned_abs()),
             ttl_secs,
             options,
             held: Mutex::new(HashMap::new()),
@@ -376,16 +377,22 @@ impl EtcdLock {
 
     /// Whether `owner` already holds the lock under `token` (this lock is not reentrant: asking
     /// again while holding is busy).
-    fn holds_already(&self, owner: &str, token: i64) -> bool {
+    fn holds_already(&self, owner: &str, token: Token) -> bool {
         self.held
             .lock()
             .expect("poisoned")
-            .get(&(token as u64))
+            .get(&token.get())
             .is_some_and(|h| h.owner == owner)
     }
 
-    fn granted(&self, owner: &str, lease: i64, key: String, token: i64, sent_at: Instant) -> Grant {
-        let token = Token::new(token as u64);
+    fn granted(
+        &self,
+        owner: &str,
+        lease: i64,
+        key: String,
+        token: Token,
+        sent_at: Instant,
+    ) -> Grant {
         self.held.lock().expect("poisoned").insert(
             token.get(),
             Held {
@@ -425,7 +432,7 @@ impl EtcdLock {
             .await?
             .iter()
             .find(|kv| {
-                kv.create_revision as u64 == token.get()
+                super::is_token(kv.create_revision, token)
                     && split_value(&String::from_utf8_lossy(&kv.value)).0 == owner
             })
             .map(|kv| Held {
@@ -438,7 +445,7 @@ impl EtcdLock {
     /// Whether `key` still exists with create revision `token` and is the lowest under the prefix.
     async fn still_first(&self, key: &str, token: Token) -> Result<bool, BackendError> {
         Ok(Self::lowest(&self.keys(true).await?)
-            .is_some_and(|(k, rev, _)| k == key && rev as u64 == token.get()))
+            .is_some_and(|(k, rev, _)| k == key && super::is_token(rev, token)))
     }
 
     /// One keepalive of `lease`: `false` when the lease is gone.
@@ -464,15 +471,16 @@ impl LockService for EtcdLock {
 
     async fn try_acquire(&self, owner: &str) -> Result<Acquired, BackendError> {
         let (lease, key, revision, lowest, sent_at) = self.enqueue(owner).await?;
-        if self.holds_already(owner, revision) {
+        let token = super::server_token(BACKEND, "acquire", revision)?;
+        if self.holds_already(owner, token) {
             return Ok(Acquired::Busy {
                 holder: Some(owner.to_string()),
                 remaining: None,
             });
         }
         match lowest {
-            Some((k, rev, _)) if k == key => Ok(Acquired::Granted(
-                self.granted(owner, lease, key, rev, sent_at),
+            Some((k, _, _)) if k == key => Ok(Acquired::Granted(
+                self.granted(owner, lease, key, token, sent_at),
             )),
             other => {
                 // Not first: leave the line (the session lease stays for the next try).
@@ -488,12 +496,12 @@ impl LockService for EtcdLock {
     async fn acquire(&self, owner: &str, timeout: Duration) -> Result<Option<Grant>, BackendError> {
         let deadline = Instant::now() + timeout;
         let (lease, key, revision, lowest, mut sent_at) = self.enqueue(owner).await?;
-        let token = Token::new(revision as u64);
-        if self.holds_already(owner, revision) {
+        let token = super::server_token(BACKEND, "acquire", revision)?;
+        if self.holds_already(owner, token) {
             return Ok(None);
         }
         if lowest.is_some_and(|(k, _, _)| k == key) {
-            return Ok(Some(self.granted(owner, lease, key, revision, sent_at)));
+            return Ok(Some(self.granted(owner, lease, key, token, sent_at)));
         }
         // Wait our turn, keeping our lease alive, as etcd's own lock does.
         let mut backoff = Duration::from_millis(10);
@@ -520,7 +528,7 @@ impl LockService for EtcdLock {
                 renew_at = sent + self.ttl / 3;
             }
             if self.still_first(&key, token).await? {
-                return Ok(Some(self.granted(owner, lease, key, revision, sent_at)));
+                return Ok(Some(self.granted(owner, lease, key, token, sent_at)));
             }
         }
     }
@@ -544,13 +552,14 @@ impl LockService for EtcdLock {
     }
 
     async fn holder(&self) -> Result<Option<Holder>, BackendError> {
-        Ok(
-            Self::lowest(&self.keys(true).await?).map(|(key, rev, value)| Holder {
-                value: split_value(&value).1.map(String::from),
-                owner: owner_of(key, &value),
-                token: Token::new(rev as u64),
-            }),
-        )
+        let Some((key, rev, value)) = Self::lowest(&self.keys(true).await?) else {
+            return Ok(None);
+        };
+        Ok(Some(Holder {
+            value: split_value(&value).1.map(String::from),
+            owner: owner_of(key, &value),
+            token: super::server_token(BACKEND, "holder", rev)?,
+        }))
     }
 
     async fn publish(&self, owner: &str, token: Token, value: &str) -> Result<bool, BackendError> {
@@ -558,7 +567,7 @@ impl LockService for EtcdLock {
             return Ok(false);
         };
         let txn = TxnRequest {
-            compare: vec![Compare::created_at(&held.key, token.get() as i64)],
+            compare: vec![Compare::created_at(&held.key, revision_of(token)?)],
             success: vec![RequestOp::put(
                 &held.key,
                 &format!("{owner}\n{value}"),
@@ -583,8 +592,21 @@ impl LockService for EtcdLock {
         self.held.lock().expect("poisoned").remove(&token.get());
         // Delete the key only if it is still the one created at `token`; the owner's session
         // lease is kept for its next acquisition (it lapses on its own if there is none).
-        self.delete_key(&held.key, token.get() as i64).await
+        self.delete_key(&held.key, revision_of(token)?).await
     }
+}
+
+/// The create revision a token stands for (tokens on etcd are revisions, which etcd keeps as i64).
+fn revision_of(token: Token) -> Result<i64, BackendError> {
+    i64::try_from(token.get()).map_err(|_| {
+        BackendError::invalid(
+            "token",
+            format!(
+                "{token} is larger than any etcd revision (at most {})",
+                i64::MAX
+            ),
+        )
+    })
 }
 
 #[cfg(test)]
