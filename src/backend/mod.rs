@@ -194,7 +194,39 @@ pub(crate) fn one_line(text: &str) -> String {
         .join("; ")
 }
 
+/// What kind of failure a [`BackendError`] is: what a caller decides on (retry, report bad input,
+/// stop), without reading the message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// Bad input, refused before anything was sent: fix the call.
+    Invalid,
+    /// The server could not be reached: may succeed later.
+    Unreachable,
+    /// The server did not answer in time: may succeed later; the request may have taken effect.
+    Timeout,
+    /// The server answered with an error or something unexpected.
+    Server,
+    /// The lock service lost its token counter.
+    TokenRegressed,
+}
+
 impl BackendError {
+    /// What kind of failure this is.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            BackendError::Invalid { .. } => ErrorKind::Invalid,
+            BackendError::Connect { .. } => ErrorKind::Unreachable,
+            BackendError::Timeout { .. } => ErrorKind::Timeout,
+            BackendError::Server { .. } => ErrorKind::Server,
+            BackendError::TokenRegressed { .. } => ErrorKind::TokenRegressed,
+        }
+    }
+
+    /// Whether trying again later may succeed (the server was unreachable or slow).
+    pub fn is_transient(&self) -> bool {
+        matches!(self.kind(), ErrorKind::Unreachable | ErrorKind::Timeout)
+    }
+
     pub(crate) fn invalid(what: &'static str, reason: impl Into<String>) -> Self {
         BackendError::Invalid {
             what,
@@ -396,6 +428,31 @@ mod tests {
         assert_eq!(g.safe_deadline(Duration::ZERO), Some(sent_at + g.ttl));
         assert_eq!(g.safe_deadline(Duration::from_millis(1000)), None);
         assert_eq!(g.safe_deadline(Duration::from_millis(2000)), None);
+    }
+
+    #[test]
+    fn error_kinds_say_what_to_do_without_reading_the_message() {
+        let unreachable = BackendError::Connect {
+            backend: "redis",
+            target: "127.0.0.1:1".into(),
+            detail: "refused".into(),
+        };
+        let slow = BackendError::Timeout {
+            backend: "redis",
+            operation: "acquire",
+            after: Duration::from_secs(1),
+        };
+        assert_eq!(unreachable.kind(), ErrorKind::Unreachable);
+        assert_eq!(slow.kind(), ErrorKind::Timeout);
+        assert!(unreachable.is_transient() && slow.is_transient());
+        let bad = BackendError::invalid("lock name", "empty");
+        assert_eq!(bad.kind(), ErrorKind::Invalid);
+        assert!(!bad.is_transient());
+        let negative = server_token("etcd", "holder", -3).unwrap_err();
+        assert_eq!(negative.kind(), ErrorKind::Server);
+        assert!(negative.to_string().contains("-3 is not a token"));
+        assert!(is_token(5, Token::new(5)) && !is_token(-5, Token::new(5)));
+        assert_eq!(one_line("a\n\n  b \n"), "a; b");
     }
 
     #[test]

@@ -182,7 +182,7 @@ pub(super) fn run(args: CheckArgs) -> Result<ExitCode, UsageError> {
     }
 
     if let Some(path) = &args.junit {
-        super::report::write_file(path, &fencecheck::report::junit(&runs))?;
+        super::write_file(path, &fencecheck::report::junit(&runs))?;
     }
     if args.json {
         println!("{}", json(&runs));

@@ -191,3 +191,12 @@ pub(crate) fn model_names() -> String {
         .collect::<Vec<_>>()
         .join(", ")
 }
+
+/// Writes `contents` to `path` through a temporary file and a rename, so that a failure never
+/// leaves a half-written report.
+fn write_file(path: &std::path::Path, contents: &str) -> Result<(), UsageError> {
+    let fail = |e: std::io::Error| UsageError(format!("cannot write {}: {e}", path.display()));
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, contents).map_err(fail)?;
+    std::fs::rename(&tmp, path).map_err(fail)
+}

@@ -1,11 +1,11 @@
 //! `fencecheck report`: regenerate `reports/` from a fresh check and criterion's estimates.
 
 use super::check::run_models;
-use super::UsageError;
+use super::{write_file, UsageError};
 use clap::Args;
 use fencecheck::check::{catalog, Options};
 use fencecheck::report::{self, Meta};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Debug, Args)]
@@ -19,15 +19,6 @@ pub(super) struct ReportArgs {
     /// A cargo-mutants output directory to summarise in mutants.md (after `cargo mutants`).
     #[arg(long, value_name = "DIR", default_value = "mutants.out")]
     mutants: PathBuf,
-}
-
-/// Writes `contents` to `path` through a temporary file and a rename, so that a failure never
-/// leaves a half-written report.
-pub(super) fn write_file(path: &Path, contents: &str) -> Result<(), UsageError> {
-    let fail = |e: std::io::Error| UsageError(format!("cannot write {}: {e}", path.display()));
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, contents).map_err(fail)?;
-    std::fs::rename(&tmp, path).map_err(fail)
 }
 
 const README: &str = "# reports

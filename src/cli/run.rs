@@ -5,7 +5,7 @@ use super::UsageError;
 use clap::{Args, ValueEnum};
 use fencecheck::backend::{
     connect, default_drift, default_grace, hold, parse_endpoints, Acquired, AnyLock, BackendError,
-    Grant, KeepaliveOptions, LockService, LockSpec, Stop,
+    ErrorKind, Grant, KeepaliveOptions, LockService, LockSpec, Stop,
 };
 use fencecheck::protocol::{Phase, ScheduleError, StopPolicy};
 use std::process::ExitCode;
@@ -159,10 +159,10 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 fn backend_failure(e: BackendError) -> Result<ExitCode, UsageError> {
-    match e {
-        BackendError::Invalid { .. } => Err(UsageError(e.to_string())),
-        other => {
-            eprintln!("fencecheck run: {other}");
+    match e.kind() {
+        ErrorKind::Invalid => Err(UsageError(e.to_string())),
+        _ => {
+            eprintln!("fencecheck run: {e}");
             Ok(ExitCode::from(EXIT_BACKEND))
         }
     }
@@ -260,7 +260,7 @@ where
     let mut said = false;
     loop {
         match attempt().await {
-            Err(e @ (BackendError::Connect { .. } | BackendError::Timeout { .. })) if retry => {
+            Err(e) if retry && e.is_transient() => {
                 let now = Instant::now();
                 let left = until.map_or(Duration::MAX, |u| u.saturating_duration_since(now));
                 if left.is_zero() {
@@ -296,7 +296,7 @@ async fn run_holding(
                 );
                 return Ok(ExitCode::from(EXIT_LOCK_BUSY));
             }
-            Err(e @ BackendError::Timeout { .. }) => {
+            Err(e) if e.kind() == ErrorKind::Timeout => {
                 free_own_lease(&lock, &owner).await;
                 Err(e)
             }
@@ -314,7 +314,7 @@ async fn run_holding(
                         free_own_lease(lock, owner).await;
                     }
                     let r = lock.acquire(owner, left).await;
-                    timed_out.set(matches!(r, Err(BackendError::Timeout { .. })));
+                    timed_out.set(r.as_ref().is_err_and(|e| e.kind() == ErrorKind::Timeout));
                     r
                 }
             })
