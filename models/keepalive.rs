@@ -105,7 +105,7 @@ impl KeepaliveModel {
         } else {
             sent
         };
-        ticks(u64::from(from) + self.ttl - self.drift)
+        crate::protocol::safe_deadline(ticks(u64::from(from)), ticks(self.ttl), ticks(self.drift))
     }
 }
 

@@ -610,3 +610,74 @@ fn a_timed_out_acquire_does_not_leave_the_lock_held() {
         "the control's lease should be left"
     );
 }
+
+/// A grant whose reply comes too late — less than the grace left before its safe deadline —
+/// runs nothing: exit 76, the command not started, the lease handed back. The control: the same
+/// reply held back briefly starts the command.
+#[test]
+fn a_grant_that_arrives_too_late_runs_nothing() {
+    let Some(redis) = started_or_skip("run: late grant", RedisServer::start(false)) else {
+        return;
+    };
+    let proxy =
+        fencecheck_testkit::FreezableProxy::start(([127, 0, 0, 1], redis.port()).into()).unwrap();
+    let via_proxy = format!("redis://{}", proxy.addr());
+    // One ordinary run loads the scripts, so the next acquire is the first EVALSHA.
+    let out = fencecheck(&[
+        "run",
+        "--redis-url",
+        &via_proxy,
+        "--name",
+        "warm",
+        "--",
+        "true",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let dir = TempDir::new("run-late-grant").unwrap();
+    for (held_back, ran) in [
+        (Duration::from_millis(1700), false),
+        (Duration::from_millis(200), true),
+    ] {
+        let marker = dir.path().join(format!("ran-{}", held_back.as_millis()));
+        proxy.freeze_replies_after(b"EVALSHA");
+        let out = std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(held_back);
+                proxy.thaw();
+            });
+            fencecheck(&[
+                "run",
+                "--redis-url",
+                &via_proxy,
+                "--name",
+                "late",
+                "--ttl",
+                "2s",
+                "--grace",
+                "500ms",
+                "--timeout",
+                "5s",
+                "--",
+                "touch",
+                marker.to_str().unwrap(),
+            ])
+        });
+        let err = text(&out.stderr);
+        assert_eq!(marker.exists(), ran, "reply held back {held_back:?}: {err}");
+        if ran {
+            assert_eq!(out.status.code(), Some(0), "{err}");
+        } else {
+            assert_eq!(out.status.code(), Some(76), "{err}");
+            assert!(err.contains("not running the command"), "{err}");
+            let mut conn = redis::Client::open(redis.url())
+                .unwrap()
+                .get_connection()
+                .unwrap();
+            let exists: i64 = redis::cmd("EXISTS")
+                .arg("fencecheck:{late}:lock")
+                .query(&mut conn)
+                .unwrap();
+            assert_eq!(exists, 0, "the late lease was handed back");
+        }
+    }
+}

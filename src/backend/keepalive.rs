@@ -5,7 +5,7 @@
 //! the same machine `fencecheck run` drives and the `keepalive` models check.
 
 use super::{Grant, LockService};
-use crate::protocol::{Holder, Phase, ScheduleError, Step, StopPolicy, Token};
+use crate::protocol::{Holder, Phase, Renewals, ScheduleError, Step, StopPolicy, Token};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{oneshot, watch};
@@ -111,8 +111,11 @@ pub fn hold<L: LockService + 'static>(
     options: KeepaliveOptions,
 ) -> Result<HeldLease<L>, ScheduleError> {
     let (every, drift, policy) = options.resolve(grant.ttl)?;
-    let first_deadline = grant.safe_deadline(drift).unwrap_or(grant.sent_at);
+    // Every time below is measured from the grant's send time.
     let origin = grant.sent_at;
+    let since = move |t: Instant| t.saturating_duration_since(origin);
+    let mut renewals = Renewals::new(grant.ttl, drift, every, Duration::ZERO);
+    let first_deadline = origin + renewals.deadline();
     let (lost_tx, lost_rx) = watch::channel(None);
     let (deadline_tx, deadline_rx) = watch::channel(first_deadline);
     let (stop_tx, mut stop_rx) = oneshot::channel::<()>();
@@ -120,21 +123,19 @@ pub fn hold<L: LockService + 'static>(
     let owner = grant.owner.clone();
     let token = grant.token;
     let task = tokio::spawn(async move {
-        let mut deadline = first_deadline;
-        let mut next = grant.sent_at + every;
         let mut last_error: Option<String> = None;
         loop {
-            let wake = tokio::time::Instant::from_std(next.min(deadline));
+            let wake = tokio::time::Instant::from_std(origin + renewals.next_at());
             tokio::select! {
                 _ = tokio::time::sleep_until(wake) => {}
                 _ = &mut stop_rx => return,
             }
-            if Instant::now() >= deadline {
+            if renewals.expired(since(Instant::now())) {
                 let _ = lost_tx.send(Some(LostReason::DeadlinePassed { last_error }));
                 return;
             }
             let renew = tokio::time::timeout_at(
-                tokio::time::Instant::from_std(deadline),
+                tokio::time::Instant::from_std(origin + renewals.deadline()),
                 task_lock.extend(&owner, token),
             );
             let outcome = tokio::select! {
@@ -143,11 +144,8 @@ pub fn hold<L: LockService + 'static>(
             };
             match outcome {
                 Ok(Ok(Some(renewed))) => {
-                    if let Some(d) = renewed.safe_deadline(drift) {
-                        deadline = deadline.max(d);
-                        let _ = deadline_tx.send(deadline);
-                    }
-                    next = renewed.sent_at + every;
+                    let deadline = renewals.answered(since(renewed.sent_at));
+                    let _ = deadline_tx.send(origin + deadline);
                     last_error = None;
                 }
                 Ok(Ok(None)) => {
@@ -156,7 +154,7 @@ pub fn hold<L: LockService + 'static>(
                 }
                 Ok(Err(e)) => {
                     last_error = Some(e.to_string());
-                    next = Instant::now() + (every / 4).max(Duration::from_millis(5));
+                    renewals.failed(since(Instant::now()));
                 }
                 Err(_) => {
                     let last_error =

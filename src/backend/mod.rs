@@ -65,8 +65,12 @@ impl Grant {
     /// reply delayed by a slow network or a pause would otherwise push the local deadline past the
     /// server's.
     pub fn safe_deadline(&self, drift: Duration) -> Option<Instant> {
-        let window = self.ttl.checked_sub(drift).filter(|w| !w.is_zero())?;
-        self.sent_at.checked_add(window)
+        (self.ttl > drift).then_some(())?;
+        self.sent_at.checked_add(crate::protocol::safe_deadline(
+            Duration::ZERO,
+            self.ttl,
+            drift,
+        ))
     }
 }
 

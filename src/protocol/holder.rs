@@ -84,6 +84,69 @@ impl StopPolicy {
     }
 }
 
+/// The safe deadline a successful request gives: its **send** time + the TTL the server granted −
+/// the drift margin (the server started its TTL after the request left, so neither a slow reply
+/// nor a pause can stretch it). No window at all when the drift is not shorter than the TTL.
+pub fn safe_deadline(sent: Duration, ttl: Duration, drift: Duration) -> Duration {
+    sent + ttl.saturating_sub(drift)
+}
+
+/// The renewing side of a held lease: when the next renewal is due and the safe deadline each
+/// successful request gives. Time is an input, as for [`Holder`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Renewals {
+    ttl: Duration,
+    drift: Duration,
+    every: Duration,
+    deadline: Duration,
+    next: Duration,
+}
+
+impl Renewals {
+    /// After a grant whose request was sent at `sent`, for a lease of `ttl` (as granted) with
+    /// drift margin `drift`, renewed every `every`.
+    pub fn new(ttl: Duration, drift: Duration, every: Duration, sent: Duration) -> Self {
+        Renewals {
+            ttl,
+            drift,
+            every,
+            deadline: safe_deadline(sent, ttl, drift),
+            next: sent + every,
+        }
+    }
+
+    /// The safe deadline now.
+    pub fn deadline(&self) -> Duration {
+        self.deadline
+    }
+
+    /// When to send the next renewal: `every` after the last successful request was sent (or
+    /// sooner after a failure), never later than the deadline.
+    pub fn next_at(&self) -> Duration {
+        self.next.min(self.deadline)
+    }
+
+    /// Whether the safe deadline has passed at `now`: the lease may be gone.
+    pub fn expired(&self, now: Duration) -> bool {
+        now >= self.deadline
+    }
+
+    /// A renewal sent at `sent` succeeded: the deadline moves to its safe deadline (never
+    /// backwards: an older request's late answer changes nothing) and the next renewal is due
+    /// `every` after it was sent. Returns the deadline.
+    pub fn answered(&mut self, sent: Duration) -> Duration {
+        self.deadline = self.deadline.max(safe_deadline(sent, self.ttl, self.drift));
+        self.next = sent + self.every;
+        self.deadline
+    }
+
+    /// A renewal failed at `now` (an error, not a refusal): try again after a quarter of the
+    /// period (at least 5 ms); the deadline stays where it was.
+    pub fn failed(&mut self, now: Duration) {
+        self.next = now + (self.every / 4).max(Duration::from_millis(5));
+    }
+}
+
 /// Where the work is in its stop schedule.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Phase {
@@ -209,6 +272,28 @@ mod tests {
             StopPolicy::new(ms(100), ms(10), ms(89)).unwrap().grace(),
             ms(89)
         );
+    }
+
+    #[test]
+    fn renewals_are_dated_from_the_send_time_and_never_move_the_deadline_back() {
+        assert_eq!(safe_deadline(ms(100), ms(1000), ms(12)), ms(1088));
+        assert_eq!(safe_deadline(ms(100), ms(10), ms(12)), ms(100), "no window");
+        let mut r = Renewals::new(ms(900), ms(10), ms(300), ms(0));
+        assert_eq!((r.deadline(), r.next_at()), (ms(890), ms(300)));
+        assert!(!r.expired(ms(889)) && r.expired(ms(890)));
+        // A renewal sent at 300 and answered late: dated from 300, not from its answer.
+        assert_eq!(r.answered(ms(300)), ms(1190));
+        assert_eq!(r.next_at(), ms(600));
+        // An older request's late answer never moves the deadline back.
+        assert_eq!(r.answered(ms(200)), ms(1190));
+        // Failures retry sooner, never after the deadline.
+        r.failed(ms(610));
+        assert_eq!(r.next_at(), ms(685));
+        r.failed(ms(1180));
+        assert_eq!(r.next_at(), ms(1190));
+        let mut quick = Renewals::new(ms(900), ms(10), ms(8), ms(0));
+        quick.failed(ms(1));
+        assert_eq!(quick.next_at(), ms(6), "at least 5 ms");
     }
 
     #[test]

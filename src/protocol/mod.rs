@@ -21,7 +21,7 @@ pub use history::{
     one_leader_per_term, storage_in_lease_order, Event, History, HistoryError, LeaseOrder,
     TermReused, TokenOrder,
 };
-pub use holder::{Holder, Phase, ScheduleError, Step, StopPolicy};
+pub use holder::{safe_deadline, Holder, Phase, Renewals, ScheduleError, Step, StopPolicy};
 pub use lease::{Acquire, Lease, LeaseError, LeaseTable};
 pub use register::{Campaign, TermRegister};
 pub use token::{NegativeToken, Token, TokenExhausted, TokenIssuer};
