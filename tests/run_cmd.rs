@@ -575,17 +575,7 @@ fn a_timed_out_acquire_does_not_leave_the_lock_held() {
         });
         thaw
     };
-    // One ordinary run loads the scripts into the server, so every later acquire is one EVALSHA.
-    let out = fencecheck(&[
-        "run",
-        "--redis-url",
-        &via_proxy,
-        "--name",
-        "warm",
-        "--",
-        "true",
-    ]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    load_scripts(&via_proxy);
     // No --wait: exit 69, and the lease granted behind the timeout is freed.
     let (out, _) = run("lost-reply", &[], Duration::from_millis(400));
     let err = text(&out.stderr);
@@ -622,17 +612,7 @@ fn a_grant_that_arrives_too_late_runs_nothing() {
     let proxy =
         fencecheck_testkit::FreezableProxy::start(([127, 0, 0, 1], redis.port()).into()).unwrap();
     let via_proxy = format!("redis://{}", proxy.addr());
-    // One ordinary run loads the scripts, so the next acquire is the first EVALSHA.
-    let out = fencecheck(&[
-        "run",
-        "--redis-url",
-        &via_proxy,
-        "--name",
-        "warm",
-        "--",
-        "true",
-    ]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    load_scripts(&via_proxy);
     let dir = TempDir::new("run-late-grant").unwrap();
     for (held_back, ran) in [
         (Duration::from_millis(1700), false),
@@ -680,4 +660,11 @@ fn a_grant_that_arrives_too_late_runs_nothing() {
             assert_eq!(exists, 0, "the late lease was handed back");
         }
     }
+}
+
+/// One ordinary run through `url` loads the lock's scripts into the server, so that every later
+/// acquire is one EVALSHA (which a test's proxy can then hold the reply of).
+fn load_scripts(url: &str) {
+    let out = fencecheck(&["run", "--redis-url", url, "--name", "warm", "--", "true"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
 }

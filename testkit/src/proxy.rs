@@ -141,9 +141,7 @@ impl Pump {
             while self.frozen.load(Ordering::SeqCst) {
                 thread::sleep(Duration::from_millis(1));
             }
-            if to.write_all(&buf[..n]).is_err() {
-                break;
-            }
+            // Freeze the replies before the request goes on, so its answer cannot slip through.
             if let Some((trigger, replies)) = &self.trigger {
                 let mut armed = trigger.lock().expect("poisoned");
                 let hit = armed
@@ -153,6 +151,9 @@ impl Pump {
                     replies.store(true, Ordering::SeqCst);
                     *armed = None;
                 }
+            }
+            if to.write_all(&buf[..n]).is_err() {
+                break;
             }
         }
         let _ = to.shutdown(Shutdown::Write);
