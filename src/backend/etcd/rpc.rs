@@ -318,6 +318,10 @@ pub fn lease_not_found(status: &Status) -> bool {
     status.code() == Code::NotFound
 }
 
+/// What an HTTP/1 server, or anything else that does not speak gRPC, leaves the client with.
+const NOT_GRPC: &str =
+    "no gRPC answer (is this an etcd client URL? an HTTP port answers like this)";
+
 /// One short line for a failed call: the gRPC code and the server's message, without the transport
 /// chain tonic keeps in the status's source.
 pub fn describe(status: &Status) -> String {
@@ -326,9 +330,10 @@ pub fn describe(status: &Status) -> String {
     match (code, message.is_empty()) {
         (Code::Unavailable, _) => "unreachable (no gRPC answer: is it an etcd client URL?)".into(),
         // What an HTTP/1 server (or anything else that is not gRPC) leaves tonic with.
-        (Code::Unknown, _) if message.contains("transport error") => {
-            "no gRPC answer (is this an etcd client URL? an HTTP port answers like this)".into()
-        }
+        // Our own calls are never cancelled (their bounds are our Timeout errors): a cancelled one
+        // is a connection the other side dropped.
+        (Code::Unknown, _) if message.contains("transport error") => NOT_GRPC.into(),
+        (Code::Cancelled, _) => NOT_GRPC.into(),
         (Code::Unimplemented, _) | (Code::Internal, _) => {
             format!("not an etcd v3 server? ({code:?}: {message})")
         }
