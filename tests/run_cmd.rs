@@ -184,7 +184,7 @@ fn a_lost_lease_terminates_the_command() {
             "--name",
             "b",
             "--ttl",
-            "600ms",
+            "1s",
             "--grace",
             "300ms",
         ])
@@ -562,8 +562,10 @@ fn a_timed_out_acquire_does_not_leave_the_lock_held() {
         proxy.freeze_replies_after(b"EVALSHA");
         let thaw = std::thread::scope(|s| {
             s.spawn(|| {
-                std::thread::sleep(thaw_after);
-                proxy.thaw();
+                assert!(
+                    proxy.hold_replies_for(thaw_after),
+                    "the acquire never passed"
+                );
             });
             let mut args = vec!["run", "--redis-url", &via_proxy, "--name", name];
             args.extend_from_slice(&["--timeout", "250ms"]);
@@ -620,10 +622,13 @@ fn a_grant_that_arrives_too_late_runs_nothing() {
     ] {
         let marker = dir.path().join(format!("ran-{}", held_back.as_millis()));
         proxy.freeze_replies_after(b"EVALSHA");
+        let t0 = Instant::now();
         let out = std::thread::scope(|s| {
             s.spawn(|| {
-                std::thread::sleep(held_back);
-                proxy.thaw();
+                assert!(
+                    proxy.hold_replies_for(held_back),
+                    "the acquire never passed"
+                );
             });
             fencecheck(&[
                 "run",
@@ -643,7 +648,13 @@ fn a_grant_that_arrives_too_late_runs_nothing() {
             ])
         });
         let err = text(&out.stderr);
-        assert_eq!(marker.exists(), ran, "reply held back {held_back:?}: {err}");
+        assert_eq!(
+            marker.exists(),
+            ran,
+            "reply held back {held_back:?}: {err} (exit {:?} after {:?})",
+            out.status.code(),
+            t0.elapsed()
+        );
         if ran {
             assert_eq!(out.status.code(), Some(0), "{err}");
         } else {

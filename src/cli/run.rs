@@ -7,7 +7,7 @@ use fencecheck::backend::{
     connect, default_drift, default_grace, hold, parse_endpoints, Acquired, AnyLock, BackendError,
     ErrorKind, Grant, KeepaliveOptions, LockService, LockSpec, Stop,
 };
-use fencecheck::protocol::{Phase, ScheduleError, StopPolicy};
+use fencecheck::protocol::{safe_deadline, Phase, ScheduleError, StopPolicy};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -359,10 +359,36 @@ async fn run_holding(
     }
     // The schedule comes from what the server granted (etcd rounds the TTL up, ZooKeeper clamps it).
     let granted = grant.ttl;
+    let drift = args.drift.unwrap_or_else(|| default_drift(granted));
+    let grace = grace_for(&args, granted);
+    let policy = match StopPolicy::new(granted, drift, grace) {
+        Ok(policy) => policy,
+        Err(e) => {
+            let _ = lock.release(&owner, token).await;
+            return Err(UsageError(format!(
+                "the server granted a TTL of {granted:?}: {e}"
+            )));
+        }
+    };
+    // A grant that arrived with too little of the lease left (a late reply, a pause) runs nothing.
+    // Judged on the grant itself, before any renewal is sent: a renewal racing this check must not
+    // decide whether the command starts.
+    let since_sent = Instant::now().saturating_duration_since(grant.sent_at);
+    let deadline = safe_deadline(Duration::ZERO, granted, drift);
+    if !policy.may_start(since_sent, deadline) {
+        let _ = lock.release(&owner, token).await;
+        eprintln!(
+            "fencecheck run: the lease on {:?} (token {token}) arrived with {:?} left before \
+             its safe deadline, not more than the grace {grace:?}; not running the command",
+            args.name,
+            deadline.saturating_sub(since_sent),
+        );
+        return Ok(ExitCode::from(EXIT_LEASE_LOST));
+    }
     let keepalive = KeepaliveOptions {
         every: None,
-        drift: Some(args.drift.unwrap_or_else(|| default_drift(granted))),
-        grace: Some(grace_for(&args, granted)),
+        drift: Some(drift),
+        grace: Some(grace),
     };
     let mut held = match hold(Arc::clone(&lock), grant, keepalive) {
         Ok(held) => held,
@@ -373,18 +399,6 @@ async fn run_holding(
             )));
         }
     };
-    let grace = held.policy().grace();
-    // A grant that arrived with too little of the lease left (a late reply, a pause) runs nothing.
-    if !held.may_start() {
-        let left = held.deadline().saturating_duration_since(Instant::now());
-        let _ = held.release().await;
-        eprintln!(
-            "fencecheck run: the lease on {:?} (token {token}) arrived with {left:?} left before \
-             its safe deadline, not more than the grace {grace:?}; not running the command",
-            args.name,
-        );
-        return Ok(ExitCode::from(EXIT_LEASE_LOST));
-    }
     let supervisor = std::process::id();
     let mut command = tokio::process::Command::new(&args.command[0]);
     command

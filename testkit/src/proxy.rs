@@ -93,6 +93,28 @@ impl FreezableProxy {
         *self.trigger.lock().expect("poisoned") = Some(pattern.to_vec());
     }
 
+    /// Whether the server's replies are held back now.
+    pub fn replies_frozen(&self) -> bool {
+        self.replies_frozen.load(Ordering::SeqCst)
+    }
+
+    /// Waits (up to 20 s) until the replies are held back — until the request armed with
+    /// [`freeze_replies_after`](Self::freeze_replies_after) has passed — then holds them `for`
+    /// longer and thaws: the reply comes `for` after its request, however slowly the client
+    /// started. Returns whether the trigger fired.
+    pub fn hold_replies_for(&self, held: Duration) -> bool {
+        let until = std::time::Instant::now() + Duration::from_secs(20);
+        while !self.replies_frozen() {
+            if std::time::Instant::now() >= until {
+                return false;
+            }
+            thread::sleep(Duration::from_millis(1));
+        }
+        thread::sleep(held);
+        self.thaw();
+        true
+    }
+
     /// Forwards again both ways, including what waited.
     pub fn thaw(&self) {
         self.frozen.store(false, Ordering::SeqCst);
@@ -133,6 +155,8 @@ impl Pump {
     /// Copies `from` to `to`, holding every chunk while frozen.
     fn run(&self, mut from: TcpStream, mut to: TcpStream) {
         let mut buf = [0u8; 16 * 1024];
+        // The end of the bytes forwarded so far: a pattern split across two reads still matches.
+        let mut seen: Vec<u8> = Vec::new();
         loop {
             let n = match from.read(&mut buf) {
                 Ok(0) | Err(_) => break,
@@ -144,13 +168,16 @@ impl Pump {
             // Freeze the replies before the request goes on, so its answer cannot slip through.
             if let Some((trigger, replies)) = &self.trigger {
                 let mut armed = trigger.lock().expect("poisoned");
+                seen.extend_from_slice(&buf[..n]);
                 let hit = armed
                     .as_deref()
-                    .is_some_and(|p| buf[..n].windows(p.len()).any(|w| w == p));
+                    .is_some_and(|p| seen.windows(p.len()).any(|w| w == p));
                 if hit {
                     replies.store(true, Ordering::SeqCst);
                     *armed = None;
                 }
+                let keep = armed.as_ref().map_or(0, |p| p.len().saturating_sub(1));
+                seen.drain(..seen.len().saturating_sub(keep));
             }
             if to.write_all(&buf[..n]).is_err() {
                 break;
