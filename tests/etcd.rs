@@ -199,7 +199,7 @@ async fn fenced_round(
     who: &str,
 ) -> usize {
     let (token, failures) = acquire_release(lock).await;
-    history.granted(who, token);
+    history.granted(who, Token::new(token));
     let outcome = store
         .write("k", Token::new(token), who.as_bytes())
         .await

@@ -110,7 +110,7 @@ fn trial(backend: &[String], ttls: &[u64], pg: &PgServer, i: u64, unfenced: bool
     let mut a = Worker::spawn(backend, pg, &lock, ttl_ms, "A", &key, unfenced);
     let mut b = Worker::spawn(backend, pg, &lock, ttl_ms, "B", &key, unfenced);
     let ta = token_of(&a.ask("acquire"));
-    history.granted("A", ta);
+    history.granted("A", fencecheck::protocol::Token::new(ta));
     assert_eq!(a.ask("write a-before-pause"), "ACCEPTED");
     history.accepted("A");
 
@@ -119,7 +119,7 @@ fn trial(backend: &[String], ttls: &[u64], pg: &PgServer, i: u64, unfenced: bool
     std::thread::sleep(Duration::from_millis(ttl_ms + overshoot_ms));
     let tb = token_of(&b.ask("acquire"));
     assert!(tb > ta, "trial {i}: token {tb} after {ta}");
-    history.granted("B", tb);
+    history.granted("B", fencecheck::protocol::Token::new(tb));
     for n in 0..b_writes {
         assert_eq!(b.ask(&format!("write b{n}")), "ACCEPTED", "trial {i}");
         history.accepted("B");

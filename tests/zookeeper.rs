@@ -277,7 +277,7 @@ async fn fenced_round(
             }
         }
     };
-    history.granted(who, grant.token.get());
+    history.granted(who, grant.token);
     let outcome = store.write("k", grant.token, who.as_bytes()).await.unwrap();
     if outcome.is_accepted() {
         history.accepted(who);

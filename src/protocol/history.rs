@@ -129,7 +129,7 @@ pub enum Event {
         /// The process or client that acquired.
         who: String,
         /// The fencing token of the grant.
-        token: u64,
+        token: Token,
     },
     /// The storage accepted a write `who` made under its latest grant.
     Accepted {
@@ -161,7 +161,7 @@ impl History {
     }
 
     /// `who` was granted a lease with `token`.
-    pub fn granted(&mut self, who: &str, token: u64) {
+    pub fn granted(&mut self, who: &str, token: Token) {
         self.push(Event::Granted {
             who: who.into(),
             token,
@@ -208,7 +208,7 @@ pub enum HistoryError {
         /// Which grant (1-based, in grant order) the write was made under.
         epoch: usize,
         /// The token of that grant.
-        token: u64,
+        token: Token,
         /// The newest grant whose write had already been accepted.
         newest: usize,
     },
@@ -226,18 +226,18 @@ pub enum HistoryError {
 /// latest grant, and grants are ordered by when they happened.
 ///
 /// ```
-/// use fencecheck::protocol::{storage_in_lease_order, History};
+/// use fencecheck::protocol::{storage_in_lease_order, History, Token};
 ///
 /// let mut h = History::new();
-/// h.granted("A", 1);
-/// h.granted("B", 2); // A's lease expired while A was paused
+/// h.granted("A", Token::new(1));
+/// h.granted("B", Token::new(2)); // A's lease expired while A was paused
 /// h.accepted("B");
 /// h.accepted("A"); // unfenced storage takes A's late write
 /// let err = storage_in_lease_order(&h).unwrap_err();
 /// assert!(err.to_string().contains("A's write under grant #1"));
 /// ```
 pub fn storage_in_lease_order(history: &History) -> Result<(), HistoryError> {
-    let mut latest: Vec<(&str, usize, u64)> = Vec::new();
+    let mut latest: Vec<(&str, usize, Token)> = Vec::new();
     let mut grants = 0usize;
     let mut order = LeaseOrder::new();
     for (index, event) in history.events.iter().enumerate() {
@@ -347,9 +347,9 @@ mod tests {
     #[test]
     fn in_order_history_holds_and_rejections_do_not_count() {
         let mut h = History::new();
-        h.granted("A", 1);
+        h.granted("A", Token::new(1));
         h.accepted("A");
-        h.granted("B", 2);
+        h.granted("B", Token::new(2));
         h.accepted("B");
         h.rejected("A");
         h.accepted("B");
@@ -373,8 +373,8 @@ mod tests {
     fn late_write_of_an_older_lease_is_caught_by_grant_order_not_token() {
         // Tokens went backwards (a reset counter) but grant order still decides.
         let mut h = History::new();
-        h.granted("A", 7);
-        h.granted("B", 1);
+        h.granted("A", Token::new(7));
+        h.granted("B", Token::new(1));
         h.accepted("B");
         h.accepted("A");
         assert_eq!(
@@ -383,7 +383,7 @@ mod tests {
                 index: 3,
                 who: "A".into(),
                 epoch: 1,
-                token: 7,
+                token: Token::new(7),
                 newest: 2
             })
         );
@@ -392,10 +392,10 @@ mod tests {
     #[test]
     fn a_regrant_moves_the_writer_to_its_new_lease() {
         let mut h = History::new();
-        h.granted("A", 1);
-        h.granted("B", 2);
+        h.granted("A", Token::new(1));
+        h.granted("B", Token::new(2));
         h.accepted("B");
-        h.granted("A", 3);
+        h.granted("A", Token::new(3));
         h.accepted("A");
         assert_eq!(storage_in_lease_order(&h), Ok(()));
     }
