@@ -93,12 +93,13 @@ pub fn now_ms() -> i64 {
         .as_millis() as i64
 }
 
-/// A command that starts a background job (`job & wait`, the common shape), recording the job's
-/// PID; with `escape`, the job leaves the process group with `setsid` (the control).
+/// A command that starts a background job (`job & wait`, the common shape); the job records its
+/// own PID once it runs (so with `escape` — the control, leaving the process group with `setsid` —
+/// it has left the group by the time the PID is there to read).
 pub fn job_and_wait(pidfile: &Path, escape: bool) -> String {
     let setsid = if escape { "setsid " } else { "" };
     format!(
-        "{setsid}sleep 30 >/dev/null 2>&1 & echo $! > {}; wait",
+        "{setsid}sh -c 'echo $$ > {}; exec sleep 30' >/dev/null 2>&1 & wait",
         pidfile.display()
     )
 }
@@ -148,15 +149,16 @@ pub fn work_dies_with_its_supervisor(flags: &[String], label: &str) {
 }
 
 /// A command whose background job needs 400 ms to stop after SIGTERM and then records when it
-/// really ended (ms since the epoch, in `ended`); its PID goes to `started`. With `escape` the
+/// really ended (ms since the epoch, in `ended`); the job writes its own PID to `started` once it
+/// runs (after `setsid`, for the control). With `escape` the
 /// job runs outside the command's process group, where no signal reaches it (the control). The
 /// job runs on the real clock even when `run` runs under libfaketime.
 pub fn slow_stopping_job(started: &Path, ended: &Path, escape: bool) -> String {
     let setsid = if escape { "setsid " } else { "" };
     format!(
-        "{setsid}env -u LD_PRELOAD -u FAKETIME sh -c 'trap \"sleep 0.4; date +%s%3N > {e}; exit 0\" TERM; \
-         while true; do sleep 0.02; done' >/dev/null 2>&1 & \
-         echo $! > {s}; wait",
+        "{setsid}env -u LD_PRELOAD -u FAKETIME sh -c 'echo $$ > {s}; \
+         trap \"sleep 0.4; date +%s%3N > {e}; exit 0\" TERM; \
+         while true; do sleep 0.02; done' >/dev/null 2>&1 & wait",
         e = ended.display(),
         s = started.display()
     )
