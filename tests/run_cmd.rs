@@ -543,30 +543,10 @@ fn a_timed_out_acquire_does_not_leave_the_lock_held() {
     let Some(redis) = started_or_skip("run: lost reply", RedisServer::start(false)) else {
         return;
     };
-    let proxy =
-        fencecheck_testkit::FreezableProxy::start(([127, 0, 0, 1], redis.port()).into()).unwrap();
-    let via_proxy = format!("redis://{}", proxy.addr());
-    let held = |name: &str| -> bool {
-        let mut conn = redis::Client::open(redis.url())
-            .unwrap()
-            .get_connection()
-            .unwrap();
-        redis::cmd("EXISTS")
-            .arg(format!("fencecheck:{{{name}}}:lock"))
-            .query::<i64>(&mut conn)
-            .unwrap()
-            == 1
-    };
+    let (proxy, via_proxy) = proxy_with_scripts_loaded(&redis);
+    let held = |name: &str| lock_exists(&redis, name);
     let run = |name: &str, extra: &[&str], thaw_after: Duration| {
-        // The acquire script is the first script `run` runs: its reply is held back.
-        proxy.freeze_replies_after(b"EVALSHA");
-        let thaw = std::thread::scope(|s| {
-            s.spawn(|| {
-                assert!(
-                    proxy.hold_replies_for(thaw_after),
-                    "the acquire never passed"
-                );
-            });
+        with_acquire_reply_held(&proxy, thaw_after, || {
             let mut args = vec!["run", "--redis-url", &via_proxy, "--name", name];
             args.extend_from_slice(&["--timeout", "250ms"]);
             args.extend_from_slice(extra);
@@ -574,10 +554,8 @@ fn a_timed_out_acquire_does_not_leave_the_lock_held() {
             let t0 = Instant::now();
             let out = fencecheck(&args);
             (out, t0.elapsed())
-        });
-        thaw
+        })
     };
-    load_scripts(&via_proxy);
     // No --wait: exit 69, and the lease granted behind the timeout is freed.
     let (out, _) = run("lost-reply", &[], Duration::from_millis(400));
     let err = text(&out.stderr);
@@ -611,25 +589,15 @@ fn a_grant_that_arrives_too_late_runs_nothing() {
     let Some(redis) = started_or_skip("run: late grant", RedisServer::start(false)) else {
         return;
     };
-    let proxy =
-        fencecheck_testkit::FreezableProxy::start(([127, 0, 0, 1], redis.port()).into()).unwrap();
-    let via_proxy = format!("redis://{}", proxy.addr());
-    load_scripts(&via_proxy);
+    let (proxy, via_proxy) = proxy_with_scripts_loaded(&redis);
     let dir = TempDir::new("run-late-grant").unwrap();
     for (held_back, ran) in [
         (Duration::from_millis(1700), false),
         (Duration::from_millis(200), true),
     ] {
         let marker = dir.path().join(format!("ran-{}", held_back.as_millis()));
-        proxy.freeze_replies_after(b"EVALSHA");
         let t0 = Instant::now();
-        let out = std::thread::scope(|s| {
-            s.spawn(|| {
-                assert!(
-                    proxy.hold_replies_for(held_back),
-                    "the acquire never passed"
-                );
-            });
+        let out = with_acquire_reply_held(&proxy, held_back, || {
             fencecheck(&[
                 "run",
                 "--redis-url",
@@ -660,17 +628,48 @@ fn a_grant_that_arrives_too_late_runs_nothing() {
         } else {
             assert_eq!(out.status.code(), Some(76), "{err}");
             assert!(err.contains("not running the command"), "{err}");
-            let mut conn = redis::Client::open(redis.url())
-                .unwrap()
-                .get_connection()
-                .unwrap();
-            let exists: i64 = redis::cmd("EXISTS")
-                .arg("fencecheck:{late}:lock")
-                .query(&mut conn)
-                .unwrap();
-            assert_eq!(exists, 0, "the late lease was handed back");
+            assert!(
+                !lock_exists(&redis, "late"),
+                "the late lease was handed back"
+            );
         }
     }
+}
+
+/// A freezable proxy to `redis` and its URL, with the lock's scripts already loaded through it.
+fn proxy_with_scripts_loaded(redis: &RedisServer) -> (fencecheck_testkit::FreezableProxy, String) {
+    let proxy =
+        fencecheck_testkit::FreezableProxy::start(([127, 0, 0, 1], redis.port()).into()).unwrap();
+    let url = format!("redis://{}", proxy.addr());
+    load_scripts(&url);
+    (proxy, url)
+}
+
+/// Runs `f` (which starts `fencecheck run` through `proxy`) while the reply to its acquire — the
+/// first script it runs — is held back for `held` after the request passed.
+fn with_acquire_reply_held<T: Send>(
+    proxy: &fencecheck_testkit::FreezableProxy,
+    held: Duration,
+    f: impl FnOnce() -> T + Send,
+) -> T {
+    proxy.freeze_replies_after(b"EVALSHA");
+    std::thread::scope(|s| {
+        s.spawn(|| assert!(proxy.hold_replies_for(held), "the acquire never passed"));
+        f()
+    })
+}
+
+/// Whether the lock `name` is held on `redis` (read directly, not through any proxy).
+fn lock_exists(redis: &RedisServer, name: &str) -> bool {
+    let mut conn = redis::Client::open(redis.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    redis::cmd("EXISTS")
+        .arg(format!("fencecheck:{{{name}}}:lock"))
+        .query::<i64>(&mut conn)
+        .unwrap()
+        == 1
 }
 
 /// One ordinary run through `url` loads the lock's scripts into the server, so that every later
