@@ -238,11 +238,6 @@ impl<L: LockService + 'static> HeldLease<L> {
         }
     }
 
-    /// The stop schedule's policy (its grace period).
-    pub fn policy(&self) -> StopPolicy {
-        self.policy
-    }
-
     /// Whether work may start now: more than the grace period is left before the safe deadline
     /// (a grant that arrived late, or after a pause, runs nothing).
     pub fn may_start(&self) -> bool {
