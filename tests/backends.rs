@@ -228,7 +228,7 @@ struct SlowReplies<L> {
 }
 
 impl<L: LockService> LockService for SlowReplies<L> {
-    fn ttl(&self) -> Duration {
+    fn ttl(&self) -> fencecheck::backend::Ttl {
         self.inner.ttl()
     }
     async fn try_acquire(&self, owner: &str) -> Result<Acquired, BackendError> {

@@ -106,55 +106,79 @@ fn a_mutant_makes_check_exit_1() {
     assert!(stdout(&out).contains("fenced / storage_in_lease_order: VIOLATED (NOT EXPECTED)"));
 }
 
+/// The properties of `--json` output, flattened to (model object, property object) pairs.
+fn json_properties(doc: &serde_json::Value) -> Vec<(&serde_json::Value, &serde_json::Value)> {
+    doc["models"]
+        .as_array()
+        .expect("models is an array")
+        .iter()
+        .flat_map(|m| {
+            m["properties"]
+                .as_array()
+                .expect("properties is an array")
+                .iter()
+                .map(move |p| (m, p))
+        })
+        .collect()
+}
+
 #[test]
-fn json_has_one_object_per_model_and_property() {
+fn json_is_the_models_json_schema_with_one_object_per_model_and_property() {
     let out = fencecheck(&["check", "ttl-only", "fenced", "--json"]);
     assert_eq!(out.status.code(), Some(0));
-    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
-    let rows = rows.as_array().expect("an array");
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
+    assert_eq!(doc["schema_version"], fencecheck::report::SCHEMA_VERSION);
+    assert_eq!(doc["all_match"], true);
+    assert_eq!(doc["models"].as_array().unwrap().len(), 2);
+    let rows = json_properties(&doc);
     assert_eq!(rows.len(), 13);
-    for row in rows {
+    for (model, row) in &rows {
         for key in [
-            "model",
+            "model", "params", "states", "seconds", "complete", "symmetry",
+        ] {
+            assert!(model.get(key).is_some(), "{key} missing in {model}");
+        }
+        for key in [
             "property",
+            "kind",
             "expected",
             "verdict",
-            "states",
-            "seconds",
+            "matches",
             "counterexample",
         ] {
             assert!(row.get(key).is_some(), "{key} missing in {row}");
         }
         assert!(["holds", "violated", "incomplete"].contains(&row["verdict"].as_str().unwrap()));
     }
-    let stale = rows
-        .iter()
-        .find(|r| r["model"] == "ttl-only" && r["property"] == "storage_in_lease_order")
-        .unwrap();
-    let steps = stale["counterexample"].as_array().unwrap();
+    let find = |model: &str, property: &str| {
+        rows.iter()
+            .find(|(m, p)| m["model"] == model && p["property"] == property)
+            .map(|(_, p)| *p)
+            .unwrap()
+    };
+    let steps = find("ttl-only", "storage_in_lease_order")["counterexample"]
+        .as_array()
+        .unwrap()
+        .clone();
     assert_eq!(steps.len(), 7);
     assert_eq!(steps[6]["text"], "client-0 writes with token 1: accepted");
     assert_eq!(steps[6]["from"], "client-0");
     assert_eq!(steps[6]["to"], "storage");
-    let holds = rows
-        .iter()
-        .find(|r| r["model"] == "fenced" && r["property"] == "storage_in_lease_order")
-        .unwrap();
-    assert!(holds["counterexample"].is_null());
+    assert!(find("fenced", "storage_in_lease_order")["counterexample"].is_null());
 }
 
 #[test]
 fn max_states_reports_incomplete_and_fails_unless_allowed() {
     let out = fencecheck(&["check", "fenced", "--max-states", "100", "--json"]);
     assert_eq!(out.status.code(), Some(1));
-    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let row = rows
-        .as_array()
-        .unwrap()
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = json_properties(&doc);
+    let (model, row) = rows
         .iter()
-        .find(|r| r["property"] == "storage_in_lease_order")
+        .find(|(_, p)| p["property"] == "storage_in_lease_order")
         .unwrap();
     assert_eq!(row["verdict"], "incomplete");
+    assert_eq!(model["complete"], false);
     let allowed = fencecheck(&[
         "check",
         "fenced",

@@ -37,6 +37,15 @@ async fn etcd_lock_meets_the_contract() {
         .unwrap();
     let wins = election_contract(std::sync::Arc::new(lock)).await;
     one_leader_per_term(&wins).unwrap();
+    // etcd leases count whole seconds: 1.5 s is granted as 2 s, and grants carry the 2 s.
+    let lock = EtcdLock::connect(&etcd.endpoints(), "rounded", Duration::from_millis(1500))
+        .await
+        .unwrap();
+    assert_eq!(lock.ttl().asked(), Duration::from_millis(1500));
+    assert_eq!(lock.ttl().granted(), Duration::from_secs(2));
+    let g = lock.acquire("r", TTL).await.unwrap().unwrap();
+    assert_eq!(g.ttl, Duration::from_secs(2));
+    assert!(lock.release("r", g.token).await.unwrap());
 }
 
 /// Starts `etcdctl lock NAME` and returns it with a channel that receives the line it prints
@@ -258,57 +267,11 @@ fn run_and_demo_work_on_etcd() {
         return;
     };
     let endpoints = etcd.endpoints().join(",");
-    let fencecheck = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_fencecheck"))
-            .env(
-                "XDG_STATE_HOME",
-                fencecheck_testkit::fresh_dir(env!("CARGO_TARGET_TMPDIR"), "state"),
-            )
-            .args(args)
-            .output()
-            .unwrap()
-    };
-    let run = [
-        "run",
-        "--backend",
-        "etcd",
-        "--endpoints",
-        &endpoints,
-        "--name",
-        "job",
-        "--ttl",
-        "1s",
-    ];
-    let out = fencecheck(&[&run[..], &["--", "sh", "-c", "echo $FENCECHECK_TOKEN"]].concat());
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let first: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
-    let out = fencecheck(&[&run[..], &["--", "sh", "-c", "echo $FENCECHECK_TOKEN"]].concat());
-    let second: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    let flags = ["--backend", "etcd", "--endpoints", &endpoints];
+    let first = common::run_token(&flags);
+    let second = common::run_token(&flags);
     assert!(second > first, "revision tokens {first} then {second}");
-
-    let out = fencecheck(&[
-        "demo",
-        "--backend",
-        "etcd",
-        "--endpoints",
-        &endpoints,
-        "--store",
-        "memory",
-    ]);
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(text.contains("REJECT worker-A token="), "{text}");
-    assert!(text.contains("final value : written-by-B"), "{text}");
+    common::demo_rejects_the_paused_worker(&flags);
 }
 
 fn etcd_flags(endpoints: &str) -> Vec<String> {

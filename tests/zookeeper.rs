@@ -34,7 +34,7 @@ async fn zookeeper_lock_meets_the_contract() {
         .await
         .unwrap();
     assert_eq!(
-        lock.ttl(),
+        lock.ttl().granted(),
         TTL,
         "the server granted the session timeout asked for"
     );
@@ -142,11 +142,20 @@ async fn tokens_are_creation_zxids_and_the_session_timeout_is_the_servers() {
         "{nodes:?}"
     );
     assert!(lock.release("after", g.token).await.unwrap());
-    // The server clamps the session timeout to its maximum (60 s here); the lock reports it.
+    // The server clamps the session timeout to its maximum (60 s here); the lock reports it
+    // beside what was asked, and its grants carry the clamped TTL.
     let long = ZkLock::connect(&zk.connect_string(), "x", Duration::from_secs(600))
         .await
         .unwrap();
-    assert_eq!(long.ttl(), Duration::from_secs(60));
+    assert_eq!(long.ttl().granted(), Duration::from_secs(60));
+    assert_eq!(long.ttl().asked(), Duration::from_secs(600));
+    let g = long
+        .acquire("clamped", Duration::from_secs(2))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(g.ttl, Duration::from_secs(60));
+    assert!(long.release("clamped", g.token).await.unwrap());
 }
 
 /// Compiles tests/interop/CuratorMutex.java against Debian's Curator jars (libcurator-recipes-java).
@@ -380,40 +389,13 @@ fn run_and_demo_work_on_zookeeper() {
         return;
     };
     let connect = zk.connect_string();
-    let fencecheck = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_fencecheck"))
-            .env(
-                "XDG_STATE_HOME",
-                fencecheck_testkit::fresh_dir(env!("CARGO_TARGET_TMPDIR"), "state"),
-            )
-            .args(args)
-            .output()
-            .unwrap()
-    };
-    let run = [
-        "run",
-        "--backend",
-        "zookeeper",
-        "--zk",
-        &connect,
-        "--name",
-        "job",
-        "--ttl",
-        "1s",
-    ];
-    let echo = ["--", "sh", "-c", "echo $FENCECHECK_TOKEN"];
-    let out = fencecheck(&[&run[..], &echo].concat());
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let first: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
-    let out = fencecheck(&[&run[..], &echo].concat());
-    let second: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    let fencecheck = common::fencecheck;
+    let flags = ["--backend", "zookeeper", "--zk", &connect];
+    let first = common::run_token(&flags);
+    let second = common::run_token(&flags);
     assert!(second > first, "zxid tokens {first} then {second}");
     // The child's exit status passes through.
+    let run = [&["run", "--name", "job", "--ttl", "1s"][..], &flags].concat();
     let out = fencecheck(&[&run[..], &["--", "sh", "-c", "exit 7"]].concat());
     assert_eq!(out.status.code(), Some(7));
     // A malformed connect string is a usage error naming it.
@@ -435,24 +417,7 @@ fn run_and_demo_work_on_zookeeper() {
         "{err}"
     );
 
-    let out = fencecheck(&[
-        "demo",
-        "--backend",
-        "zookeeper",
-        "--zk",
-        &connect,
-        "--store",
-        "memory",
-    ]);
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(text.contains("REJECT worker-A token="), "{text}");
-    assert!(text.contains("final value : written-by-B"), "{text}");
+    common::demo_rejects_the_paused_worker(&flags);
 }
 
 fn zk_flags(connect: &str) -> Vec<String> {

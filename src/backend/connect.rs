@@ -4,7 +4,7 @@
 
 use super::{
     Acquired, BackendError, EtcdLock, EtcdOptions, Grant, Holder, LockService, RedisLock,
-    RedisOptions, ZkLock, ZkOptions,
+    RedisOptions, Ttl, ZkLock, ZkOptions,
 };
 use crate::protocol::Token;
 use std::time::Duration;
@@ -105,7 +105,7 @@ macro_rules! each {
 }
 
 impl LockService for AnyLock {
-    fn ttl(&self) -> Duration {
+    fn ttl(&self) -> Ttl {
         each!(self, l => l.ttl())
     }
 

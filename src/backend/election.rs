@@ -70,17 +70,16 @@ impl<L: LockService + 'static> LeaderElection<L> {
         timeout: Duration,
     ) -> Result<Option<Holder>, BackendError> {
         let deadline = Instant::now() + timeout;
+        let mut watch = super::retry::WATCH;
         loop {
             if let Some(h) = self.leader().await? {
                 if Some(h.token) != seen {
                     return Ok(Some(h));
                 }
             }
-            let now = Instant::now();
-            if now >= deadline {
+            if !watch.pause(Some(deadline)).await {
                 return Ok(None);
             }
-            tokio::time::sleep(Duration::from_millis(20).min(deadline - now)).await;
         }
     }
 }

@@ -2,10 +2,11 @@
 //! tests) written against [`LockService`] and [`FencedStorage`] run the same without a server.
 
 use super::{
-    Acquired, BackendError, FencedStorage, Grant, Holder, LockService, Stored, WriteOutcome,
+    Acquired, BackendError, FencedStorage, Grant, Holder, LockService, Stored, Ttl, WriteOutcome,
 };
 use crate::local::{Clock, LeaseLock, SystemClock};
 use crate::protocol::{Acquire, Fence, FencePolicy, LeaseError, Token};
+use crate::sync::Mutex;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -14,8 +15,9 @@ const BACKEND: &str = "in-process";
 /// The in-process [`LeaseLock`] as a [`LockService`]: owners are strings; calls never block.
 pub struct LocalLock<C: Clock = SystemClock> {
     lock: LeaseLock<String, C>,
+    ttl: Ttl,
     /// The current lease's published value, with the token it was published under.
-    published: parking_lot::Mutex<Option<(Token, String)>>,
+    published: Mutex<Option<(Token, String)>>,
 }
 
 impl LocalLock<SystemClock> {
@@ -28,11 +30,12 @@ impl LocalLock<SystemClock> {
 impl<C: Clock> LocalLock<C> {
     /// An in-process lock on the given clock.
     pub fn with_clock(ttl: Duration, clock: C) -> Result<Self, BackendError> {
-        super::validate_ttl(ttl)?;
-        let lock = LeaseLock::with_clock(ttl, clock).map_err(|e| lease_err("new", e))?;
+        let ttl = Ttl::new(ttl)?;
+        let lock = LeaseLock::with_clock(ttl.granted(), clock).map_err(|e| lease_err("new", e))?;
         Ok(LocalLock {
             lock,
-            published: parking_lot::Mutex::new(None),
+            ttl,
+            published: Mutex::new(None),
         })
     }
 
@@ -43,16 +46,12 @@ impl<C: Clock> LocalLock<C> {
 }
 
 fn lease_err(operation: &'static str, e: LeaseError) -> BackendError {
-    BackendError::Server {
-        backend: BACKEND,
-        operation,
-        detail: e.to_string(),
-    }
+    BackendError::failed(BACKEND, operation, e)
 }
 
 impl<C: Clock> LockService for LocalLock<C> {
-    fn ttl(&self) -> Duration {
-        self.lock.ttl()
+    fn ttl(&self) -> Ttl {
+        self.ttl
     }
 
     async fn try_acquire(&self, owner: &str) -> Result<Acquired, BackendError> {
@@ -124,7 +123,7 @@ impl<C: Clock> LockService for LocalLock<C> {
 /// [`FencePolicy::AcceptAll`] it is a plain map that keeps the last writer's token.
 pub struct LocalFencedMap {
     policy: FencePolicy,
-    keys: parking_lot::Mutex<HashMap<String, (Fence, Stored)>>,
+    keys: Mutex<HashMap<String, (Fence, Stored)>>,
 }
 
 impl LocalFencedMap {
@@ -132,7 +131,7 @@ impl LocalFencedMap {
     pub fn new(policy: FencePolicy) -> Self {
         LocalFencedMap {
             policy,
-            keys: parking_lot::Mutex::new(HashMap::new()),
+            keys: Mutex::new(HashMap::new()),
         }
     }
 }

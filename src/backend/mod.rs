@@ -19,7 +19,10 @@ mod etcd;
 mod keepalive;
 mod local;
 mod postgres;
+mod queue;
 mod redis;
+pub mod retry;
+mod ttl;
 mod zookeeper;
 
 pub use self::connect::{connect, parse_endpoints, AnyLock, LockSpec};
@@ -32,6 +35,7 @@ pub use self::keepalive::{
 pub use self::local::{LocalFencedMap, LocalLock};
 pub use self::postgres::PgFencedStore;
 pub use self::redis::{scripts as redis_scripts, RedisFencedStore, RedisLock, RedisOptions};
+pub use self::ttl::Ttl;
 pub use self::zookeeper::{ZkElection, ZkLock, ZkOptions};
 
 use crate::protocol::{StaleWrite, Token};
@@ -106,8 +110,11 @@ pub enum BackendError {
         backend: &'static str,
         /// The address tried.
         target: String,
-        /// The underlying error.
+        /// The underlying error, in one line.
         detail: String,
+        /// The client library's error, when there is one (see [`BackendError::cause`]).
+        #[source]
+        source: Option<Cause>,
     },
     /// The server did not answer in time.
     #[error("{backend} did not answer {operation} within {after:?}")]
@@ -126,8 +133,11 @@ pub enum BackendError {
         backend: &'static str,
         /// What was being done.
         operation: &'static str,
-        /// The server's error.
+        /// The server's error, in one line.
         detail: String,
+        /// The client library's error, when there is one (see [`BackendError::cause`]).
+        #[source]
+        source: Option<Cause>,
     },
     /// The lock handed out a token not larger than one this client already saw: the token
     /// counter was lost (for example a Redis restart without persistence). The lease was not
@@ -147,14 +157,21 @@ pub enum BackendError {
     },
 }
 
+/// The error of a client library behind a [`BackendError`].
+pub type Cause = Box<dyn std::error::Error + Send + Sync + 'static>;
+
 /// Connects with `connecting`, bounded by `bound`: a timeout or a connection error names the
-/// backend and the address.
-pub(crate) async fn bounded_connect<T, E: std::fmt::Display>(
+/// backend and the address; `describe` puts the client library's error in words.
+pub(crate) async fn bounded_connect<T, E>(
     backend: &'static str,
     target: String,
     bound: Duration,
+    describe: impl FnOnce(&E) -> String,
     connecting: impl Future<Output = Result<T, E>>,
-) -> Result<T, BackendError> {
+) -> Result<T, BackendError>
+where
+    E: std::error::Error + Send + Sync + 'static,
+{
     tokio::time::timeout(bound, connecting)
         .await
         .map_err(|_| BackendError::Timeout {
@@ -165,7 +182,8 @@ pub(crate) async fn bounded_connect<T, E: std::fmt::Display>(
         .map_err(|e| BackendError::Connect {
             backend,
             target,
-            detail: one_line(&e.to_string()),
+            detail: one_line(&describe(&e)),
+            source: Some(Box::new(e)),
         })
 }
 
@@ -176,11 +194,7 @@ pub(crate) fn server_token(
     operation: &'static str,
     value: i64,
 ) -> Result<Token, BackendError> {
-    Token::try_from(value).map_err(|e| BackendError::Server {
-        backend,
-        operation,
-        detail: e.to_string(),
-    })
+    Token::try_from(value).map_err(|e| BackendError::failed(backend, operation, e))
 }
 
 /// Whether a server's signed counter is `token`.
@@ -231,6 +245,46 @@ impl BackendError {
         matches!(self.kind(), ErrorKind::Unreachable | ErrorKind::Timeout)
     }
 
+    /// The client library's error behind this one, as its own type: what a caller matches on
+    /// instead of reading the message (`e.cause::<ZkError>() == Some(&ZkError::NoNode)`).
+    pub fn cause<E: std::error::Error + 'static>(&self) -> Option<&E> {
+        match self {
+            BackendError::Connect { source, .. } | BackendError::Server { source, .. } => {
+                source.as_deref()?.downcast_ref::<E>()
+            }
+            _ => None,
+        }
+    }
+
+    /// The server (or client library) reported `error` during `operation`: its text, in one line,
+    /// is the detail and the error itself the [`cause`](Self::cause).
+    pub(crate) fn failed(
+        backend: &'static str,
+        operation: &'static str,
+        error: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        BackendError::Server {
+            backend,
+            operation,
+            detail: one_line(&error.to_string()),
+            source: Some(Box::new(error)),
+        }
+    }
+
+    /// The server answered something unexpected, described by `detail` (no library error).
+    pub(crate) fn unexpected(
+        backend: &'static str,
+        operation: &'static str,
+        detail: impl Into<String>,
+    ) -> Self {
+        BackendError::Server {
+            backend,
+            operation,
+            detail: detail.into(),
+            source: None,
+        }
+    }
+
     pub(crate) fn invalid(what: &'static str, reason: impl Into<String>) -> Self {
         BackendError::Invalid {
             what,
@@ -242,8 +296,9 @@ impl BackendError {
 /// A lease lock that hands out fencing tokens. Each lock has one name and one TTL, fixed when it is
 /// made; `owner` names the process or worker asking.
 pub trait LockService: Send + Sync {
-    /// The lease time to live this lock grants.
-    fn ttl(&self) -> Duration;
+    /// The lease time to live: what was asked for and what the server grants (which a
+    /// [`Grant`] carries and a holder counts with).
+    fn ttl(&self) -> Ttl;
 
     /// Takes the lease if it is free (or its holder's lease expired), in one round trip.
     fn try_acquire(
@@ -282,7 +337,7 @@ pub trait LockService: Send + Sync {
     ) -> impl Future<Output = Result<bool, BackendError>> + Send;
 
     /// Takes the lease, waiting up to `timeout` for it to become free. `Ok(None)` when the time
-    /// ran out. Polls with a backoff of 5 ms doubling to 200 ms, never sleeping past the holder's
+    /// ran out. Polls as [`retry::POLL_BUSY`] says, never sleeping past the holder's
     /// remaining TTL (when known) or the deadline.
     fn acquire(
         &self,
@@ -291,21 +346,19 @@ pub trait LockService: Send + Sync {
     ) -> impl Future<Output = Result<Option<Grant>, BackendError>> + Send {
         async move {
             let deadline = Instant::now() + timeout;
-            let mut backoff = Duration::from_millis(5);
+            let mut backoff = retry::POLL_BUSY;
             loop {
                 match self.try_acquire(owner).await? {
                     Acquired::Granted(grant) => return Ok(Some(grant)),
                     Acquired::Busy { remaining, .. } => {
-                        let now = Instant::now();
-                        if now >= deadline {
+                        let Some(mut nap) = backoff.next_pause(Instant::now(), Some(deadline))
+                        else {
                             return Ok(None);
-                        }
-                        let mut nap = backoff.min(deadline - now);
+                        };
                         if let Some(left) = remaining {
                             nap = nap.min(left.max(Duration::from_millis(1)));
                         }
                         tokio::time::sleep(nap).await;
-                        backoff = (backoff * 2).min(Duration::from_millis(200));
                     }
                 }
             }
@@ -393,25 +446,6 @@ pub fn validate_name(what: &'static str, name: &str) -> Result<(), BackendError>
     Ok(())
 }
 
-/// Checks a lease TTL: at least 1 ms, whole milliseconds are used, at most [`MAX_TTL`].
-pub fn validate_ttl(ttl: Duration) -> Result<(), BackendError> {
-    if ttl < Duration::from_millis(1) {
-        return Err(BackendError::invalid(
-            "ttl",
-            format!("{ttl:?} is shorter than 1 ms; a lease needs a positive TTL such as 30s"),
-        ));
-    }
-    if ttl > MAX_TTL {
-        return Err(BackendError::invalid(
-            "ttl",
-            format!(
-                "{ttl:?} is longer than the 24 h maximum; a crashed holder would block that long"
-            ),
-        ));
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -440,6 +474,7 @@ mod tests {
             backend: "redis",
             target: "127.0.0.1:1".into(),
             detail: "refused".into(),
+            source: None,
         };
         let slow = BackendError::Timeout {
             backend: "redis",
@@ -455,12 +490,20 @@ mod tests {
         let negative = server_token("etcd", "holder", -3).unwrap_err();
         assert_eq!(negative.kind(), ErrorKind::Server);
         assert!(negative.to_string().contains("-3 is not a token"));
+        // The library's error travels typed, as the source: matched by type, not by its text.
+        assert_eq!(
+            negative.cause::<crate::protocol::NegativeToken>(),
+            Some(&crate::protocol::NegativeToken(-3))
+        );
+        assert!(std::error::Error::source(&negative).is_some());
+        assert_eq!(negative.cause::<std::io::Error>().map(|_| ()), None);
+        assert_eq!(bad.cause::<crate::protocol::NegativeToken>(), None);
         assert!(is_token(5, Token::new(5)) && !is_token(-5, Token::new(5)));
         assert_eq!(one_line("a\n\n  b \n"), "a; b");
     }
 
     #[test]
-    fn names_and_ttls_are_checked() {
+    fn names_are_checked() {
         assert!(validate_name("lock name", "nightly").is_ok());
         let e = validate_name("lock name", "").unwrap_err().to_string();
         assert_eq!(
@@ -474,13 +517,5 @@ mod tests {
         assert!(validate_name("lock name", "a\nb").is_err());
         assert!(validate_name("lock name", &"x".repeat(201)).is_err());
         assert!(validate_name("lock name", &"x".repeat(200)).is_ok());
-        assert!(validate_ttl(Duration::ZERO)
-            .unwrap_err()
-            .to_string()
-            .contains("shorter than 1 ms"));
-        assert!(validate_ttl(Duration::from_micros(999)).is_err());
-        assert!(validate_ttl(Duration::from_millis(1)).is_ok());
-        assert!(validate_ttl(MAX_TTL).is_ok());
-        assert!(validate_ttl(MAX_TTL + Duration::from_millis(1)).is_err());
     }
 }

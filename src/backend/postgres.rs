@@ -42,6 +42,7 @@ fn pg_err(operation: &'static str, e: tokio_postgres::Error) -> BackendError {
         backend: BACKEND,
         operation,
         detail,
+        source: Some(Box::new(e)),
     }
 }
 
@@ -119,8 +120,14 @@ impl PgFencedStore {
             })
             .collect::<Vec<_>>()
             .join(",");
-        let (client, connection) =
-            super::bounded_connect(BACKEND, target, timeout, config.connect(NoTls)).await?;
+        let (client, connection) = super::bounded_connect(
+            BACKEND,
+            target,
+            timeout,
+            ToString::to_string,
+            config.connect(NoTls),
+        )
+        .await?;
         tokio::spawn(async move {
             // Ends when the client is dropped or the server goes away; errors surface on calls.
             let _ = connection.await;

@@ -15,14 +15,15 @@
 //! ([`RedisLock::raise_token_floor`]) restores progress, not that safety: persist the counter.
 
 use super::{
-    validate_name, validate_ttl, Acquired, BackendError, FencedStorage, Grant, Holder, LockService,
-    Stored, WriteOutcome,
+    validate_name, Acquired, BackendError, FencedStorage, Grant, Holder, LockService, Stored, Ttl,
+    WriteOutcome,
 };
 use crate::protocol::{FencePolicy, StaleWrite, Token};
+use crate::sync::Mutex;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Script};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{LazyLock, Mutex};
+use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
 const BACKEND: &str = "redis";
@@ -156,21 +157,20 @@ impl Conn {
     }
 
     async fn get(&self) -> Result<MultiplexedConnection, BackendError> {
-        if let Some(c) = self.cached.lock().expect("poisoned").clone() {
+        if let Some(c) = self.cached.lock().clone() {
             return Ok(c);
         }
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.options.connect_timeout))
             .set_response_timeout(Some(self.options.response_timeout));
         let bound = self.options.connect_timeout + self.options.response_timeout;
-        let conn = super::bounded_connect(BACKEND, self.target.clone(), bound, async {
+        let conn = super::bounded_connect(BACKEND, self.target.clone(), bound, describe, async {
             self.client
                 .get_multiplexed_async_connection_with_config(&config)
                 .await
-                .map_err(|e| describe(&e))
         })
         .await?;
-        *self.cached.lock().expect("poisoned") = Some(conn.clone());
+        *self.cached.lock() = Some(conn.clone());
         Ok(conn)
     }
 
@@ -185,7 +185,7 @@ impl Conn {
             Ok(v) => Ok(v),
             Err(e) => {
                 if e.is_io_error() || e.is_connection_dropped() || e.is_timeout() {
-                    *self.cached.lock().expect("poisoned") = None;
+                    *self.cached.lock() = None;
                 }
                 if e.is_timeout() {
                     return Err(BackendError::Timeout {
@@ -198,6 +198,7 @@ impl Conn {
                     backend: BACKEND,
                     operation,
                     detail: describe(&e),
+                    source: Some(Box::new(e)),
                 })
             }
         }
@@ -221,7 +222,7 @@ impl Conn {
 pub struct RedisLock {
     conn: Conn,
     name: String,
-    ttl: Duration,
+    ttl: Ttl,
     lock_key: String,
     token_key: String,
     value_key: String,
@@ -243,7 +244,7 @@ impl RedisLock {
         options: RedisOptions,
     ) -> Result<Self, BackendError> {
         validate_name("lock name", name)?;
-        validate_ttl(ttl)?;
+        let ttl = Ttl::new(ttl)?.in_units_of(Duration::from_millis(1));
         Ok(RedisLock {
             conn: Conn::open(url, options)?,
             name: name.to_string(),
@@ -287,8 +288,7 @@ impl RedisLock {
     }
 
     fn ttl_ms(&self) -> u64 {
-        // At most 24 h (validate_ttl): far inside u64.
-        u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX)
+        self.ttl.granted_units(Duration::from_millis(1))
     }
 }
 
@@ -297,15 +297,13 @@ fn held_value(owner: &str, token: Token) -> String {
 }
 
 fn parse_token(operation: &'static str, raw: &str) -> Result<u64, BackendError> {
-    raw.parse().map_err(|_| BackendError::Server {
-        backend: BACKEND,
-        operation,
-        detail: format!("expected a token, got {raw:?}"),
+    raw.parse().map_err(|_| {
+        BackendError::unexpected(BACKEND, operation, format!("expected a token, got {raw:?}"))
     })
 }
 
 impl LockService for RedisLock {
-    fn ttl(&self) -> Duration {
+    fn ttl(&self) -> Ttl {
         self.ttl
     }
 
@@ -325,7 +323,7 @@ impl LockService for RedisLock {
                 Ok(Acquired::Granted(Grant {
                     token: Token::new(token),
                     owner: owner.to_string(),
-                    ttl: self.ttl,
+                    ttl: self.ttl.granted(),
                     sent_at,
                 }))
             }
@@ -355,7 +353,7 @@ impl LockService for RedisLock {
         Ok((done == 1).then(|| Grant {
             token,
             owner: owner.to_string(),
-            ttl: self.ttl,
+            ttl: self.ttl.granted(),
             sent_at,
         }))
     }

@@ -5,6 +5,7 @@ use fencecheck::check::{
     catalog, find_model, CheckError, ModelEntry, ModelRun, Options, Params, ParamsError, Progress,
 };
 use fencecheck::models::{Expected, Mutant};
+use fencecheck::report::sizes;
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -185,9 +186,16 @@ pub(super) fn run(args: CheckArgs) -> Result<ExitCode, UsageError> {
         super::write_file(path, &fencecheck::report::junit(&runs))?;
     }
     if args.json {
-        println!("{}", json(&runs));
+        let json = fencecheck::report::models_json(&runs, &fencecheck::report::Meta::collect());
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json).expect("JSON of plain values")
+        );
     } else {
-        print_table(&runs, &options);
+        print!(
+            "{}",
+            fencecheck::report::verdicts_text(&runs, options.symmetry)
+        );
     }
     let mismatches = runs
         .iter()
@@ -275,163 +283,6 @@ impl ProgressLine {
             eprint!("\r\x1b[2K");
         }
     }
-}
-
-/// `3 clients x 2 writes, 0 retries` and the mutant, if any.
-fn sizes(p: &Params) -> String {
-    format!(
-        "{} clients x {} writes, {} retries{}",
-        p.clients,
-        p.writes,
-        p.retries,
-        p.mutant
-            .map(|m| format!(", mutant {} ({})", m.name(), m.summary()))
-            .unwrap_or_default()
-    )
-}
-
-fn print_table(runs: &[ModelRun], options: &Options) {
-    println!(
-        "fencecheck check: symmetry reduction {}",
-        if options.symmetry { "on" } else { "off" }
-    );
-    for run in runs {
-        println!("  {}: {}", run.model, sizes(&run.params));
-    }
-    println!();
-    let rows: Vec<[String; 8]> = runs
-        .iter()
-        .flat_map(|r| {
-            r.properties.iter().map(move |p| {
-                [
-                    r.model.to_string(),
-                    p.property.to_string(),
-                    p.kind.to_string(),
-                    p.expected.to_string(),
-                    p.verdict.to_string().to_uppercase(),
-                    if p.matches() { "ok" } else { "MISMATCH" }.to_string(),
-                    r.states.to_string(),
-                    format!("{:.2}s", r.seconds),
-                ]
-            })
-        })
-        .collect();
-    let header = [
-        "MODEL", "PROPERTY", "KIND", "EXPECTED", "VERDICT", "MATCH", "STATES", "TIME",
-    ];
-    let mut widths = header.map(str::len);
-    for row in &rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.len());
-        }
-    }
-    let line = |cells: &[&str]| {
-        let mut out = String::new();
-        for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
-            if i + 1 == cells.len() {
-                out.push_str(cell);
-            } else {
-                out.push_str(&format!("{cell:<w$}  "));
-            }
-        }
-        println!("{}", out.trim_end());
-    };
-    line(&header);
-    for row in &rows {
-        line(&row.each_ref().map(String::as_str));
-    }
-
-    for run in runs {
-        for p in &run.properties {
-            let Some(cx) = &p.counterexample else {
-                continue;
-            };
-            println!();
-            println!(
-                "{} / {}: VIOLATED ({}), {} counterexample in {} steps:",
-                run.model,
-                p.property,
-                if p.expected == Expected::Violated {
-                    "expected"
-                } else {
-                    "NOT EXPECTED"
-                },
-                if p.minimal {
-                    "minimal"
-                } else {
-                    "a (not necessarily minimal)"
-                },
-                cx.steps.len()
-            );
-            for (i, step) in cx.steps.iter().enumerate() {
-                let mark = if i + 1 == cx.steps.len() {
-                    format!("  <- violates {}", p.property)
-                } else {
-                    String::new()
-                };
-                println!("  {:>2}. {}{mark}", i + 1, step.text);
-            }
-        }
-    }
-
-    println!();
-    let all: Vec<_> = runs.iter().flat_map(|r| &r.properties).collect();
-    let matching = all.iter().filter(|p| p.matches()).count();
-    for run in runs {
-        println!(
-            "{}: {} distinct states{}, depth {}, {:.2} s search + {:.2} s minimal counterexamples{}",
-            run.model,
-            run.states,
-            if run.symmetry { " (symmetry-reduced)" } else { "" },
-            run.max_depth,
-            run.seconds,
-            run.counterexample_seconds,
-            if run.complete { "" } else { " -- INCOMPLETE: --max-states reached" }
-        );
-    }
-    for p in all.iter().filter(|p| !p.matches()) {
-        let model = runs
-            .iter()
-            .find(|r| r.properties.iter().any(|q| std::ptr::eq(q, *p)))
-            .map_or("", |r| r.model);
-        println!(
-            "MISMATCH {model} / {}: declared {}, found {}",
-            p.property, p.expected, p.verdict
-        );
-    }
-    println!(
-        "{matching} of {} verdicts match their declared expectations.",
-        all.len()
-    );
-}
-
-fn json(runs: &[ModelRun]) -> String {
-    let rows: Vec<serde_json::Value> = runs
-        .iter()
-        .flat_map(|r| {
-            r.properties.iter().map(move |p| {
-                serde_json::json!({
-                    "model": r.model,
-                    "property": p.property,
-                    "kind": p.kind,
-                    "expected": p.expected,
-                    "verdict": p.verdict,
-                    "matches": p.matches(),
-                    "states": r.states,
-                    "seconds": r.seconds,
-                    "complete": r.complete,
-                    "symmetry": r.symmetry,
-                    "clients": r.params.clients,
-                    "writes": r.params.writes,
-                    "retries": r.params.retries,
-                    "mutant": r.params.mutant.map(|m| m.name()),
-                    "counterexample": p.counterexample.as_ref().map(|c| &c.steps),
-                    "minimal": p.minimal,
-                })
-            })
-        })
-        .collect();
-    serde_json::to_string_pretty(&rows).expect("JSON of plain values")
 }
 
 pub(super) fn list() {

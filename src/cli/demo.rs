@@ -1,11 +1,12 @@
 //! `fencecheck demo`: the story, run for real with a real TTL and a real pause, on the in-process
 //! lock or on Redis, etcd or ZooKeeper, with PostgreSQL, Redis or in-memory storage.
 
+use super::run::ServerArgs;
 use super::UsageError;
 use clap::{Args, ValueEnum};
 use fencecheck::backend::{
-    connect, Acquired, FencedStorage, LocalFencedMap, LocalLock, LockService, LockSpec,
-    PgFencedStore, RedisFencedStore, RedisOptions, WriteOutcome,
+    connect, parse_endpoints, Acquired, FencedStorage, LocalFencedMap, LocalLock, LockService,
+    LockSpec, PgFencedStore, RedisFencedStore, RedisOptions, WriteOutcome,
 };
 use fencecheck::protocol::FencePolicy;
 use fencecheck_testkit::{EtcdCluster, PgServer, RedisServer, ZkCluster};
@@ -51,18 +52,11 @@ pub(super) struct DemoArgs {
     /// Where the data lives (default: memory for the local lock, postgres for redis).
     #[arg(long, value_enum)]
     store: Option<DemoStore>,
-    /// Use this Redis instead of starting a throwaway redis-server.
-    #[arg(long, value_name = "URL")]
-    redis_url: Option<String>,
+    #[command(flatten)]
+    servers: ServerArgs,
     /// Use this PostgreSQL instead of starting a throwaway cluster.
     #[arg(long, value_name = "URL")]
     pg_url: Option<String>,
-    /// Use this etcd cluster (client URLs, comma-separated) instead of a throwaway one.
-    #[arg(long, value_name = "A,B,C")]
-    endpoints: Option<String>,
-    /// Use this ZooKeeper ensemble (HOST:PORT, comma-separated) instead of a throwaway server.
-    #[arg(long, value_name = "HOST:PORT,...")]
-    zk: Option<String>,
 }
 
 /// Servers the demo started; stopped when dropped.
@@ -98,7 +92,7 @@ pub(super) fn run(args: DemoArgs) -> Result<ExitCode, UsageError> {
     };
     let mut started = Started::default();
     let need_redis = args.backend == DemoBackend::Redis || store == DemoStore::Redis;
-    let redis_url = match (&args.redis_url, need_redis) {
+    let redis_url = match (&args.servers.redis_url, need_redis) {
         (Some(url), _) => Some(url.clone()),
         (None, true) => {
             let server = RedisServer::start(false).map_err(|e| UsageError(e.to_string()))?;
@@ -112,8 +106,9 @@ pub(super) fn run(args: DemoArgs) -> Result<ExitCode, UsageError> {
         }
         (None, false) => None,
     };
-    let endpoints: Vec<String> = match (&args.endpoints, args.backend == DemoBackend::Etcd) {
-        (Some(list), _) => list.split(',').map(|e| e.trim().to_string()).collect(),
+    let endpoints: Vec<String> = match (&args.servers.endpoints, args.backend == DemoBackend::Etcd)
+    {
+        (Some(list), _) => parse_endpoints(list),
         (None, true) => {
             let cluster = EtcdCluster::start(1).map_err(|e| UsageError(e.to_string()))?;
             println!("started a throwaway etcd on {}", cluster.endpoints()[0]);
@@ -123,7 +118,7 @@ pub(super) fn run(args: DemoArgs) -> Result<ExitCode, UsageError> {
         }
         (None, false) => Vec::new(),
     };
-    let zk = match (&args.zk, args.backend == DemoBackend::Zookeeper) {
+    let zk = match (&args.servers.zk, args.backend == DemoBackend::Zookeeper) {
         (Some(connect), _) => connect.clone(),
         (None, true) => {
             let server = ZkCluster::start(1).map_err(|e| UsageError(e.to_string()))?;
@@ -227,7 +222,7 @@ async fn story<L: LockService, S: FencedStorage>(
     args: &DemoArgs,
 ) -> Result<ExitCode, UsageError> {
     let bad = |e: fencecheck::backend::BackendError| UsageError(e.to_string());
-    let ttl = lock.ttl();
+    let ttl = lock.ttl().granted();
     let pause = ttl * 3;
     println!(
         "two workers, one lease (ttl {} ms), storage {}",

@@ -35,38 +35,77 @@ pub(super) enum Backend {
     Zookeeper,
 }
 
-/// Where the lock lives: the flags `run` shares with `demo`'s real backends.
+/// The servers' addresses: the flags `run` and `demo` share. Where one is not given, `run` uses
+/// the server's default local address and `demo` starts a throwaway server.
+#[derive(Debug, Args)]
+pub(super) struct ServerArgs {
+    /// The Redis server, `redis://HOST:PORT[/DB]` (run: default redis://127.0.0.1:6379; demo:
+    /// default a throwaway redis-server).
+    #[arg(long, value_name = "URL")]
+    pub(super) redis_url: Option<String>,
+    /// The etcd cluster's client URLs, comma-separated (run: default http://127.0.0.1:2379; demo:
+    /// default a throwaway one-member cluster).
+    #[arg(long, value_name = "A,B,C")]
+    pub(super) endpoints: Option<String>,
+    /// The ZooKeeper ensemble, HOST:PORT comma-separated (run: default 127.0.0.1:2181; demo:
+    /// default a throwaway server). The TTL becomes the session timeout, which the servers clamp
+    /// to their [minSessionTimeout, maxSessionTimeout].
+    #[arg(long, value_name = "HOST:PORT,...")]
+    pub(super) zk: Option<String>,
+}
+
+impl ServerArgs {
+    /// The lock on `backend` at the address given for it; `None` when none was given.
+    pub(super) fn given(&self, backend: Backend) -> Option<LockSpec> {
+        match backend {
+            Backend::Redis => self.redis_url.clone().map(|url| LockSpec::Redis { url }),
+            Backend::Etcd => self.endpoints.as_deref().map(|e| LockSpec::Etcd {
+                endpoints: parse_endpoints(e),
+            }),
+            Backend::Zookeeper => self
+                .zk
+                .clone()
+                .map(|connect| LockSpec::Zookeeper { connect }),
+        }
+    }
+}
+
+/// Where the lock lives.
 #[derive(Debug, Args)]
 pub(super) struct LockArgs {
     /// Where the lock lives.
     #[arg(long, value_enum, default_value_t = Backend::Redis)]
     pub(super) backend: Backend,
-    /// The Redis server (`redis://HOST:PORT[/DB]`).
-    #[arg(long, value_name = "URL", default_value = "redis://127.0.0.1:6379")]
-    pub(super) redis_url: String,
-    /// The etcd cluster's client URLs, comma-separated.
-    #[arg(long, value_name = "A,B,C", default_value = "http://127.0.0.1:2379")]
-    pub(super) endpoints: String,
-    /// The ZooKeeper ensemble, HOST:PORT comma-separated. The TTL becomes the session timeout,
-    /// which the servers clamp to their [minSessionTimeout, maxSessionTimeout].
-    #[arg(long, value_name = "HOST:PORT,...", default_value = "127.0.0.1:2181")]
-    pub(super) zk: String,
+    #[command(flatten)]
+    pub(super) servers: ServerArgs,
 }
 
 impl LockArgs {
-    /// The chosen backend and its address.
-    pub(super) fn spec(&self) -> LockSpec {
+    /// The chosen backend's name, as `--backend` spells it.
+    pub(super) fn backend_name(&self) -> &'static str {
         match self.backend {
-            Backend::Redis => LockSpec::Redis {
-                url: self.redis_url.clone(),
-            },
-            Backend::Etcd => LockSpec::Etcd {
-                endpoints: parse_endpoints(&self.endpoints),
-            },
-            Backend::Zookeeper => LockSpec::Zookeeper {
-                connect: self.zk.clone(),
-            },
+            Backend::Redis => "redis",
+            Backend::Etcd => "etcd",
+            Backend::Zookeeper => "zookeeper",
         }
+    }
+
+    /// The chosen backend and its address (the server's default local address when none was
+    /// given).
+    pub(super) fn spec(&self) -> LockSpec {
+        self.servers
+            .given(self.backend)
+            .unwrap_or_else(|| match self.backend {
+                Backend::Redis => LockSpec::Redis {
+                    url: "redis://127.0.0.1:6379".into(),
+                },
+                Backend::Etcd => LockSpec::Etcd {
+                    endpoints: vec!["http://127.0.0.1:2379".into()],
+                },
+                Backend::Zookeeper => LockSpec::Zookeeper {
+                    connect: "127.0.0.1:2181".into(),
+                },
+            })
     }
 }
 
@@ -175,7 +214,7 @@ fn check_args(args: &RunArgs) -> Result<(), UsageError> {
             "--timeout 0s: expected a positive bound on each request, such as 2s".into(),
         ));
     }
-    fencecheck::backend::validate_ttl(args.ttl).map_err(|e| UsageError(e.to_string()))?;
+    fencecheck::backend::Ttl::new(args.ttl).map_err(|e| UsageError(e.to_string()))?;
     let drift = args.drift.unwrap_or_else(|| default_drift(args.ttl));
     StopPolicy::new(args.ttl, drift, grace_for(args, args.ttl)).map_err(|e| {
         let flag = match e {
@@ -223,7 +262,18 @@ pub(super) fn run(args: RunArgs) -> Result<ExitCode, UsageError> {
         })
         .await;
         match connected {
-            Ok(lock) => run_holding(Arc::new(lock), owner, (wait, until), floor, args).await,
+            Ok(lock) => {
+                let ttl = lock.ttl();
+                if ttl.adjusted() {
+                    // etcd counts whole seconds; ZooKeeper clamps session timeouts to its bounds.
+                    eprintln!(
+                        "fencecheck run: {} grants leases of {ttl}; the stop schedule counts with \
+                         what it grants",
+                        args.lock.backend_name()
+                    );
+                }
+                run_holding(Arc::new(lock), owner, (wait, until), floor, args).await
+            }
             Err(e) => backend_failure(e),
         }
     })
@@ -256,22 +306,19 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T, BackendError>>,
 {
-    let mut backoff = Duration::from_millis(50);
+    let mut backoff = fencecheck::backend::retry::RIDE_OUT;
     let mut said = false;
     loop {
         match attempt().await {
             Err(e) if retry && e.is_transient() => {
-                let now = Instant::now();
-                let left = until.map_or(Duration::MAX, |u| u.saturating_duration_since(now));
-                if left.is_zero() {
+                let Some(pause) = backoff.next_pause(Instant::now(), until) else {
                     return Err(e);
-                }
+                };
                 if !said {
                     eprintln!("fencecheck run: {e}; retrying until --wait runs out");
                     said = true;
                 }
-                tokio::time::sleep(backoff.min(left)).await;
-                backoff = (backoff * 2).min(Duration::from_secs(1));
+                tokio::time::sleep(pause).await;
             }
             other => return other,
         }

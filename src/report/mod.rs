@@ -1,6 +1,7 @@
-//! Rendering results: model verdicts as Markdown, JSON, JUnit XML and HTML with sequence
-//! diagrams, and criterion's saved estimates as a benchmark table. A library: the CLI only
-//! decides where the files go.
+//! Rendering results, all of it here: model verdicts as text (what `fencecheck check` prints),
+//! JSON (one schema, for `check --json` and `models.json`), Markdown, JUnit XML and HTML with
+//! sequence diagrams, and criterion's saved estimates as a benchmark table. A library: the CLI
+//! only decides where the output goes.
 
 mod bench;
 mod diagram;
@@ -8,6 +9,7 @@ mod html;
 mod junit;
 mod models;
 mod mutants;
+mod text;
 
 pub use bench::{bench_markdown, collect_benchmarks, BenchError, BenchResult};
 pub use diagram::{mermaid, sequence_svg};
@@ -15,6 +17,7 @@ pub use html::html;
 pub use junit::junit;
 pub use models::{models_json, models_markdown, SCHEMA_VERSION};
 pub use mutants::{mutants_markdown, MutantsError};
+pub use text::{sizes, verdicts_text};
 
 /// Where and with what a report was made.
 #[derive(Clone, Debug, serde::Serialize)]

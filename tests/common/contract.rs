@@ -1,7 +1,7 @@
 //! The contract every backend meets: the same calls, the same answers, on the in-process lock and
 //! on every server backend.
 
-use fencecheck::backend::{Acquired, FencedStorage, Grant, LockService, WriteOutcome};
+use fencecheck::backend::{Acquired, FencedStorage, Grant, LockService, Ttl, WriteOutcome};
 use fencecheck::protocol::{StaleWrite, Token};
 use std::time::{Duration, Instant};
 
@@ -29,9 +29,9 @@ pub async fn lock_contract<L: LockService>(lock: &L) {
     assert_eq!(holder.as_deref(), Some("a"));
     if let Some(left) = remaining {
         assert!(
-            left <= lock.ttl(),
+            left <= lock.ttl().granted(),
             "{left:?} left of a {:?} lease",
-            lock.ttl()
+            lock.ttl().granted()
         );
     }
     assert!(lock.extend("a", a.token).await.unwrap().is_some());
@@ -56,13 +56,13 @@ pub async fn lock_contract<L: LockService>(lock: &L) {
     // holder's extend and release are refused. (Servers expire leases a little after the TTL:
     // etcd's lessor checks every 500 ms.)
     let c = lock
-        .acquire("c", lock.ttl() * 3)
+        .acquire("c", lock.ttl().granted() * 3)
         .await
         .unwrap()
         .expect("b's lease expires");
     let waited = c.sent_at.saturating_duration_since(b.sent_at);
     assert!(
-        waited + Duration::from_millis(50) >= lock.ttl(),
+        waited + Duration::from_millis(50) >= lock.ttl().granted(),
         "stolen after {waited:?}"
     );
     assert!(c.token > b.token);
@@ -95,7 +95,7 @@ pub async fn lock_contract<L: LockService>(lock: &L) {
 /// lost at its safe deadline (counted from the acquire's send time), and a renewed one is not.
 pub async fn lost_signal_contract<L: LockService + 'static>(lock: std::sync::Arc<L>) {
     use fencecheck::backend::{hold, KeepaliveOptions, LostReason, Stop};
-    let ttl = lock.ttl();
+    let ttl = lock.ttl().granted();
     let grant = granted(lock.try_acquire("k").await.unwrap());
     let renewed = hold(
         std::sync::Arc::clone(&lock),
@@ -246,7 +246,7 @@ pub async fn election_contract<L: LockService + 'static>(
     lock: std::sync::Arc<L>,
 ) -> Vec<(Token, String)> {
     use fencecheck::backend::LeaderElection;
-    let ttl = lock.ttl();
+    let ttl = lock.ttl().granted();
     let election = LeaderElection::new(lock);
     let mut wins = Vec::new();
     assert_eq!(election.leader().await.unwrap(), None);
@@ -342,7 +342,7 @@ pub async fn blind_campaign_is_caught<L: LockService + 'static>(lock: L) {
 pub struct BlindCampaign<L>(pub L);
 
 impl<L: LockService> LockService for BlindCampaign<L> {
-    fn ttl(&self) -> Duration {
+    fn ttl(&self) -> Ttl {
         self.0.ttl()
     }
     async fn try_acquire(
@@ -355,7 +355,7 @@ impl<L: LockService> LockService for BlindCampaign<L> {
                 Ok(Acquired::Granted(Grant {
                     token: holder.token,
                     owner: owner.to_string(),
-                    ttl: self.0.ttl(),
+                    ttl: self.0.ttl().granted(),
                     sent_at: Instant::now(),
                 }))
             }

@@ -25,3 +25,49 @@ pub fn example_bin(name: &str) -> std::path::PathBuf {
     }
     path
 }
+
+/// Runs the `fencecheck` binary with `args`, in a fresh `XDG_STATE_HOME` (so that the token floor
+/// of one test's runs does not meet another's).
+pub fn fencecheck(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_fencecheck"))
+        .env(
+            "XDG_STATE_HOME",
+            fencecheck_testkit::fresh_dir(env!("CARGO_TARGET_TMPDIR"), "state"),
+        )
+        .args(args)
+        .output()
+        .expect("run fencecheck")
+}
+
+/// `fencecheck run` on the lock service `flags` name, with a command that prints its token:
+/// the token, after checking the run succeeded.
+pub fn run_token(flags: &[&str]) -> u64 {
+    let run = ["run", "--name", "job", "--ttl", "1s"];
+    let echo = ["--", "sh", "-c", "echo $FENCECHECK_TOKEN"];
+    let out = fencecheck(&[&run[..], flags, &echo].concat());
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .expect("the command printed its token")
+}
+
+/// `fencecheck demo` on the lock service `flags` name, with in-memory fenced storage: the paused
+/// worker's late write is rejected and the successor's value stays.
+pub fn demo_rejects_the_paused_worker(flags: &[&str]) {
+    let out = fencecheck(&[&["demo"][..], flags, &["--store", "memory"]].concat());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("REJECT worker-A token="), "{text}");
+    assert!(text.contains("final value : written-by-B"), "{text}");
+}

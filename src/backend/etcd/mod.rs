@@ -20,12 +20,13 @@
 
 pub mod rpc;
 
-use super::{validate_name, validate_ttl, Acquired, BackendError, Grant, Holder, LockService};
+use super::queue::{entry_value, owner_of, split_value, Ledger};
+use super::{validate_name, Acquired, BackendError, Grant, Holder, LockService, Ttl};
 use crate::protocol::Token;
+use crate::sync::Mutex;
 use rpc::{Compare, KeyValue, RangeRequest, RequestOp, TxnRequest, TxnResponse};
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use tonic::Status;
 
@@ -59,6 +60,7 @@ impl Failure {
                 backend: BACKEND,
                 operation,
                 detail: rpc::describe(&status),
+                source: Some(Box::new(status)),
             },
             Failure::Timeout(after) => BackendError::Timeout {
                 backend: BACKEND,
@@ -87,10 +89,9 @@ impl Default for EtcdOptions {
     }
 }
 
-/// A lease this lock instance granted: who holds it and which etcd lease and key back it.
+/// The etcd lease and key behind a lease this lock instance granted.
 #[derive(Clone, Debug)]
 struct Held {
-    owner: String,
     lease: i64,
     key: String,
 }
@@ -100,29 +101,12 @@ pub struct EtcdLock {
     members: rpc::Members,
     name: String,
     prefix: String,
-    ttl: Duration,
+    ttl: Ttl,
     ttl_secs: i64,
     options: EtcdOptions,
-    held: Mutex<HashMap<u64, Held>>,
+    held: Ledger<Held>,
     /// Each owner's session lease and when it was last granted or renewed (send time).
     sessions: Mutex<HashMap<String, (i64, Instant)>>,
-}
-
-/// A key's value is the owner's name, then (once published) a newline and the published value.
-fn split_value(value: &str) -> (&str, Option<&str>) {
-    match value.split_once('\n') {
-        Some((owner, published)) => (owner, Some(published)),
-        None => (value, None),
-    }
-}
-
-/// Who holds a key: its owner's name, or the key itself for a holder that names no owner (a
-/// lock taken by `etcdctl lock`).
-fn owner_of(key: String, value: &str) -> String {
-    match split_value(value).0 {
-        "" => key,
-        owner => owner.to_string(),
-    }
 }
 
 /// Checks endpoints: at least one, each `http://HOST:PORT` or `HOST:PORT`.
@@ -169,10 +153,10 @@ impl EtcdLock {
         options: EtcdOptions,
     ) -> Result<Self, BackendError> {
         validate_name("lock name", name)?;
-        validate_ttl(ttl)?;
+        let ttl = Ttl::new(ttl)?.in_units_of(Duration::from_secs(1));
         validate_endpoints(endpoints)?;
         // At most 24 h (validate_ttl): far inside i64.
-        let ttl_secs = i64::try_from(ttl.as_millis().div_ceil(1000).max(1)).unwrap_or(i64::MAX);
+        let ttl_secs = i64::try_from(ttl.granted_units(Duration::from_secs(1))).unwrap_or(i64::MAX);
         let members =
             rpc::Members::new(endpoints, options.connect_timeout, options.request_timeout)
                 .map_err(|reason| BackendError::invalid("etcd endpoint", reason))?;
@@ -180,10 +164,10 @@ impl EtcdLock {
             members,
             name: name.to_string(),
             prefix: format!("{name}/"),
-            ttl: Duration::from_secs(ttl_secs.unsigned_abs()),
+            ttl,
             ttl_secs,
             options,
-            held: Mutex::new(HashMap::new()),
+            held: Ledger::new(),
             sessions: Mutex::new(HashMap::new()),
         };
         // Reach the cluster once now, so that a wrong address fails here, naming it.
@@ -196,6 +180,7 @@ impl EtcdLock {
                 backend: BACKEND,
                 target: endpoints.join(","),
                 detail: rpc::describe(&status),
+                source: Some(Box::new(status)),
             },
             timeout => timeout.into_error("connect"),
         })?;
@@ -218,6 +203,7 @@ impl EtcdLock {
         let bound = self.options.request_timeout + Duration::from_millis(100);
         let attempts = 2 * self.members.len() + 1;
         let idempotent = retry == Retry::Always;
+        let mut resend = super::retry::RESEND;
         for attempt in 0..attempts {
             let last = attempt + 1 >= attempts;
             let client = self.members.client(attempt);
@@ -231,7 +217,7 @@ impl EtcdLock {
                 Err(_) if !last && idempotent => {}
                 Err(_) => return Err(Failure::Timeout(bound)),
             }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            resend.pause(None).await;
         }
         unreachable!("the last attempt returns")
     }
@@ -305,7 +291,7 @@ impl EtcdLock {
         let resp: TxnResponse = match attempt {
             Err(f) if may_renew && f.lease_not_found() => {
                 // The session lease ended between its renewal and our write: start a new one.
-                self.sessions.lock().expect("poisoned").remove(owner);
+                self.sessions.lock().remove(owner);
                 return Box::pin(self.enqueue_once(owner, false)).await;
             }
             other => other.map_err(|f| f.into_error("acquire"))?,
@@ -329,9 +315,9 @@ impl EtcdLock {
     /// taken under the session lives until that send time plus the TTL, which is what the grant
     /// reports.
     async fn session(&self, owner: &str) -> Result<(i64, Instant), BackendError> {
-        let known = self.sessions.lock().expect("poisoned").get(owner).copied();
+        let known = self.sessions.lock().get(owner).copied();
         if let Some((lease, renewed)) = known {
-            if renewed.elapsed() < self.ttl / 10 {
+            if renewed.elapsed() < self.ttl.granted() / 10 {
                 return Ok((lease, renewed));
             }
             let sent = Instant::now();
@@ -355,7 +341,6 @@ impl EtcdLock {
     fn remember_session(&self, owner: &str, lease: i64, renewed: Instant) {
         self.sessions
             .lock()
-            .expect("poisoned")
             .insert(owner.to_string(), (lease, renewed));
     }
 
@@ -378,11 +363,7 @@ impl EtcdLock {
     /// Whether `owner` already holds the lock under `token` (this lock is not reentrant: asking
     /// again while holding is busy).
     fn holds_already(&self, owner: &str, token: Token) -> bool {
-        self.held
-            .lock()
-            .expect("poisoned")
-            .get(&token.get())
-            .is_some_and(|h| h.owner == owner)
+        self.held.holds(owner, token)
     }
 
     fn granted(
@@ -393,20 +374,13 @@ impl EtcdLock {
         token: Token,
         sent_at: Instant,
     ) -> Grant {
-        self.held.lock().expect("poisoned").insert(
-            token.get(),
-            Held {
-                owner: owner.to_string(),
-                lease,
-                key,
-            },
-        );
-        Grant {
+        self.held.grant(
+            owner,
             token,
-            owner: owner.to_string(),
-            ttl: self.ttl,
+            Held { lease, key },
+            self.ttl.granted(),
             sent_at,
-        }
+        )
     }
 
     /// The keys under the prefix, sorted by create revision (`first_only`: just the lowest).
@@ -424,8 +398,8 @@ impl EtcdLock {
     /// Finds `owner`'s key with create revision `token` (from this instance's memory, or by
     /// reading the prefix when another process took it).
     async fn find(&self, owner: &str, token: Token) -> Result<Option<Held>, BackendError> {
-        if let Some(h) = self.held.lock().expect("poisoned").get(&token.get()) {
-            return Ok((h.owner == owner).then(|| h.clone()));
+        if let Some(known) = self.held.lookup(owner, token) {
+            return Ok(known);
         }
         Ok(self
             .keys(false)
@@ -436,7 +410,6 @@ impl EtcdLock {
                     && split_value(&String::from_utf8_lossy(&kv.value)).0 == owner
             })
             .map(|kv| Held {
-                owner: owner.to_string(),
                 lease: kv.lease,
                 key: String::from_utf8_lossy(&kv.key).into_owned(),
             }))
@@ -465,7 +438,7 @@ impl EtcdLock {
 }
 
 impl LockService for EtcdLock {
-    fn ttl(&self) -> Duration {
+    fn ttl(&self) -> Ttl {
         self.ttl
     }
 
@@ -486,7 +459,7 @@ impl LockService for EtcdLock {
                 // Not first: leave the line (the session lease stays for the next try).
                 self.delete_key(&key, revision).await?;
                 Ok(Acquired::Busy {
-                    holder: other.map(|(k, _, v)| owner_of(k, &v)),
+                    holder: other.map(|(k, _, v)| owner_of(&k, &v)),
                     remaining: None,
                 })
             }
@@ -504,28 +477,25 @@ impl LockService for EtcdLock {
             return Ok(Some(self.granted(owner, lease, key, token, sent_at)));
         }
         // Wait our turn, keeping our lease alive, as etcd's own lock does.
-        let mut backoff = Duration::from_millis(10);
-        let mut renew_at = sent_at + self.ttl / 3;
+        let mut backoff = super::retry::WAIT_IN_LINE;
+        let mut renew_at = sent_at + self.ttl.granted() / 3;
         loop {
-            let now = Instant::now();
-            if now >= deadline {
+            if !backoff.pause(Some(deadline)).await {
                 self.delete_key(&key, revision).await?;
                 return Ok(None);
             }
-            tokio::time::sleep(backoff.min(deadline - now)).await;
-            backoff = (backoff * 2).min(Duration::from_millis(100));
             if Instant::now() >= renew_at {
                 let sent = Instant::now();
                 if !self.keep_alive_once(lease).await? {
-                    return Err(BackendError::Server {
-                        backend: BACKEND,
-                        operation: "acquire",
-                        detail: "our lease expired while waiting in line".into(),
-                    });
+                    return Err(BackendError::unexpected(
+                        BACKEND,
+                        "acquire",
+                        "our lease expired while waiting in line",
+                    ));
                 }
                 self.remember_session(owner, lease, sent);
                 sent_at = sent;
-                renew_at = sent + self.ttl / 3;
+                renew_at = sent + self.ttl.granted() / 3;
             }
             if self.still_first(&key, token).await? {
                 return Ok(Some(self.granted(owner, lease, key, token, sent_at)));
@@ -539,14 +509,14 @@ impl LockService for EtcdLock {
         };
         let sent_at = Instant::now();
         if !self.keep_alive_once(held.lease).await? || !self.still_first(&held.key, token).await? {
-            self.held.lock().expect("poisoned").remove(&token.get());
+            self.held.forget(token);
             return Ok(None);
         }
         self.remember_session(owner, held.lease, sent_at);
         Ok(Some(Grant {
             token,
             owner: owner.to_string(),
-            ttl: self.ttl,
+            ttl: self.ttl.granted(),
             sent_at,
         }))
     }
@@ -557,7 +527,7 @@ impl LockService for EtcdLock {
         };
         Ok(Some(Holder {
             value: split_value(&value).1.map(String::from),
-            owner: owner_of(key, &value),
+            owner: owner_of(&key, &value),
             token: super::server_token(BACKEND, "holder", rev)?,
         }))
     }
@@ -570,7 +540,7 @@ impl LockService for EtcdLock {
             compare: vec![Compare::created_at(&held.key, revision_of(token)?)],
             success: vec![RequestOp::put(
                 &held.key,
-                &format!("{owner}\n{value}"),
+                &entry_value(owner, Some(value)),
                 held.lease,
             )],
             failure: vec![],
@@ -589,7 +559,7 @@ impl LockService for EtcdLock {
         let Some(held) = self.find(owner, token).await? else {
             return Ok(false);
         };
-        self.held.lock().expect("poisoned").remove(&token.get());
+        self.held.forget(token);
         // Delete the key only if it is still the one created at `token`; the owner's session
         // lease is kept for its next acquisition (it lapses on its own if there is none).
         self.delete_key(&held.key, revision_of(token)?).await
