@@ -45,6 +45,7 @@ macro_rules! catalog_entry {
 pub mod check_before_write;
 pub mod fenced;
 pub mod idempotent_job;
+pub mod k8s_lease;
 pub mod keepalive;
 pub mod leader_election;
 pub mod lease_service;

@@ -4,8 +4,12 @@
 //! variant or a mutant that flips the verdict).
 
 use fencecheck::check::{catalog, find_model, ModelRun, Options, Params, Verdict};
+use fencecheck::models::k8s_lease::{
+    K8sLease, K8sLeaseFastClock, K8sLeaseModel, K8sLeasePrompt, K8sLeaseUnfenced,
+};
 use fencecheck::models::keepalive::{Flaw, KeepaliveModel};
 use fencecheck::models::redlock::{Fault, RedlockModel};
+use fencecheck::models::CatalogModel;
 use fencecheck::models::Mutant;
 use stateright::{Checker, HasDiscoveries, Model};
 use std::collections::BTreeSet;
@@ -26,6 +30,18 @@ fn verdict(run: &ModelRun, property: &str) -> Verdict {
         .find(|p| p.property == property)
         .unwrap_or_else(|| panic!("{} has no {property}", run.model))
         .verdict
+}
+
+/// The k8s-lease model `name` at the catalog's default size.
+fn k8s_model(name: &str) -> K8sLeaseModel {
+    let build = match name {
+        "k8s-lease" => K8sLease::build,
+        "k8s-lease-prompt" => K8sLeasePrompt::build,
+        "k8s-lease-fast-clock" => K8sLeaseFastClock::build,
+        "k8s-lease-unfenced" => K8sLeaseUnfenced::build,
+        other => panic!("{other} is not a k8s-lease model"),
+    };
+    build(&Params::sized(2, 1, 0))
 }
 
 /// The states of `model`'s whole state space, searched without symmetry and without stopping at a
@@ -79,6 +95,10 @@ fn pinned_state_counts_at_two_sizes() {
         ("keepalive-slow-clock", 2, 64_149),
         ("keepalive-stale-release", 2, 1_077_032),
         ("keepalive-silent-reacquire", 2, 40_433),
+        ("k8s-lease", 2, 248_042),
+        ("k8s-lease-prompt", 2, 185_003),
+        ("k8s-lease-fast-clock", 2, 1_455_243),
+        ("k8s-lease-unfenced", 2, 251_786),
     ];
     for &(model, clients, states) in pinned {
         assert_eq!(
@@ -95,6 +115,19 @@ fn pinned_state_counts_at_two_sizes() {
             ..KeepaliveModel::with(flaw)
         };
         assert_eq!(unique_states(model), states, "{flaw:?}");
+    }
+    // The k8s-lease models are declared for two candidates (three take 9 million states and
+    // more); their second size is a shorter run (5 ticks), counted on the model itself.
+    for (name, states) in [
+        ("k8s-lease", 97_782),
+        ("k8s-lease-prompt", 74_464),
+        ("k8s-lease-fast-clock", 575_139),
+        ("k8s-lease-unfenced", 98_394),
+    ] {
+        let entry = find_model(name).unwrap();
+        let mut model = k8s_model(name);
+        model.horizon = 5;
+        assert_eq!(unique_states(model), states, "{} at 5 ticks", entry.name);
     }
     // Redlock is declared for two clients only (three do not finish in minutes); its state space
     // at one client stays pinned, counted on the model itself.
@@ -261,7 +294,7 @@ fn negative_controls_flip_the_verdicts() {
 
 #[test]
 fn the_whole_catalog_is_checked_and_every_verdict_matches() {
-    assert_eq!(catalog().len(), 24);
+    assert_eq!(catalog().len(), 28);
     for entry in catalog() {
         let r = (entry.check)(&(entry.defaults)(), &Options::default(), &mut |_| {})
             .expect("the checker accepts the model");

@@ -352,3 +352,44 @@ fn keepalive_holder_keeps_the_work_inside_the_lease() {
         );
     }
 }
+
+/// Kubernetes leader election on the library's elector: client-go's timing lets two lead when a
+/// reply is slower than the margin its three durations leave (kubernetes#44887) or a clock runs
+/// fast, holds inside the margin, and leaseTransitions as a fencing token keeps the storage in
+/// order either way. (These run in the mutation tests' judging set: a change to
+/// `protocol::elector` that moves a leader's end or a candidate's takeover fails here.)
+#[test]
+fn k8s_lease_single_leader_needs_the_margin_and_the_fence_keeps_order() {
+    let expect = [
+        ("k8s-lease", Verdict::Violated, Verdict::Holds),
+        ("k8s-lease-prompt", Verdict::Holds, Verdict::Holds),
+        ("k8s-lease-fast-clock", Verdict::Violated, Verdict::Holds),
+        ("k8s-lease-unfenced", Verdict::Violated, Verdict::Violated),
+    ];
+    for (model, single_leader, in_order) in expect {
+        let r = run(model, Params::sized(2, 1, 0), false);
+        assert!(r.complete, "{model}");
+        assert_eq!(verdict(&r, "single_leader"), single_leader, "{model}");
+        assert_eq!(verdict(&r, "storage_in_lease_order"), in_order, "{model}");
+        assert_eq!(
+            verdict(&r, "one_leader_per_term"),
+            Verdict::Holds,
+            "{model}"
+        );
+        for sometimes in ["leader_elected", "leadership_changes", "write_accepted"] {
+            assert_eq!(
+                verdict(&r, sometimes),
+                Verdict::Holds,
+                "{model} {sometimes}"
+            );
+        }
+    }
+    // The two leaders of the minimal counterexample: one still inside retryPeriod +
+    // renewDeadline after its slow reply, the other past leaseDuration since it saw the change.
+    let r = run("k8s-lease", Params::sized(2, 1, 0), false);
+    let steps = timeline(&r, "single_leader");
+    let text = steps.join("\n");
+    assert!(text.contains("renewDeadline"), "{text}");
+    assert!(text.contains("expired by its clock"), "{text}");
+    assert!(text.contains("resourceVersion"), "{text}");
+}

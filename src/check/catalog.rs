@@ -3,8 +3,9 @@
 use super::run::CheckError;
 use super::run::{check_model, ModelRun, Options, Progress};
 use crate::models::{
-    check_before_write, fenced, idempotent_job, keepalive, leader_election, redlock, token_reset,
-    ttl_only, CatalogModel, Declares, Mutant, Narrate, Params, PropertySpec, Symmetric,
+    check_before_write, fenced, idempotent_job, k8s_lease, keepalive, leader_election, redlock,
+    token_reset, ttl_only, CatalogModel, Declares, Mutant, Narrate, Params, PropertySpec,
+    Symmetric,
 };
 
 /// The largest sizes `check` accepts: beyond them an exhaustive search does not finish on a
@@ -206,6 +207,10 @@ pub fn catalog() -> &'static [ModelEntry] {
         entry!(keepalive::KeepaliveSlowClock),
         entry!(keepalive::KeepaliveStaleRelease),
         entry!(keepalive::KeepaliveSilentReacquire),
+        entry!(k8s_lease::K8sLease),
+        entry!(k8s_lease::K8sLeasePrompt),
+        entry!(k8s_lease::K8sLeaseFastClock),
+        entry!(k8s_lease::K8sLeaseUnfenced),
     ];
     CATALOG
 }

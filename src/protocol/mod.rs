@@ -9,6 +9,7 @@
 //! uses (logical ticks in the models, nanoseconds in the in-process lock); the core never reads a
 //! clock. A lease with `expires_at <= now` is free.
 
+mod elector;
 mod fence;
 mod history;
 mod holder;
@@ -16,6 +17,9 @@ mod lease;
 mod register;
 mod token;
 
+pub use elector::{
+    Attempt, Conflict, ElectionTiming, Elector, LeaseObject, LeaseRecord, TimingError,
+};
 pub use fence::{Fence, FencePolicy, StaleWrite};
 pub use history::{
     one_leader_per_term, storage_in_lease_order, Event, History, HistoryError, LeaseOrder,
