@@ -13,7 +13,6 @@
 
 use super::{
     declared_properties, meaning, Declared, Declares, Expect, Expected, Narrate, Params, Step,
-    Symmetric,
 };
 use crate::protocol::{Acquire, Fence, LeaseTable, Token};
 use stateright::{Expectation, Model, Property};
@@ -245,13 +244,7 @@ impl Narrate for CheckBeforeWriteModel {
     }
 }
 
-impl Symmetric for CheckBeforeWriteModel {
-    const REDUCES: bool = false;
-
-    fn representative(state: &CbwState) -> CbwState {
-        state.clone()
-    }
-}
+not_symmetric!(CheckBeforeWriteModel, CbwState);
 
 /// Every property of this model, declared once.
 const DECLARED: &[Declared<CheckBeforeWriteModel>] = &[

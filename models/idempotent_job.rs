@@ -7,9 +7,7 @@
 //! front of a non-idempotent job does not save it: a run that outlives its lease lets another
 //! instance run too. The lock is an optimisation; idempotence is the correctness rule.
 
-use super::{
-    declared_properties, Declared, Declares, Expect, Expected, Narrate, Params, Step, Symmetric,
-};
+use super::{declared_properties, Declared, Declares, Expect, Expected, Narrate, Params, Step};
 use crate::protocol::{Acquire, LeaseTable};
 use stateright::{Expectation, Model, Property};
 
@@ -195,13 +193,7 @@ impl Narrate for JobModel {
     }
 }
 
-impl Symmetric for JobModel {
-    const REDUCES: bool = false;
-
-    fn representative(state: &JobState) -> JobState {
-        state.clone()
-    }
-}
+not_symmetric!(JobModel, JobState);
 
 const EXACTLY_ONCE: &str = "the run's effect is stored as if the job ran once";
 

@@ -19,8 +19,8 @@
 //!
 //! No kube-apiserver runs here, so these models are not tested against a real server.
 
+use super::Step;
 use super::{declared_properties, meaning, Declared, Declares, Expect, Expected, Narrate, Params};
-use super::{Step, Symmetric};
 use crate::protocol::{
     one_leader_per_term, Attempt, ElectionTiming, Elector, Fence, FencePolicy, LeaseObject,
     LeaseOrder, LeaseRecord, Token,
@@ -383,11 +383,7 @@ impl Narrate for K8sLeaseModel {
                     text: format!(
                         "time {}{fast}; leading by their own clocks: {}",
                         after.now,
-                        if leaders.is_empty() {
-                            "nobody".to_string()
-                        } else {
-                            leaders.join(" and ")
-                        }
+                        super::nobody_or(&leaders)
                     ),
                 }
             }
@@ -395,13 +391,7 @@ impl Narrate for K8sLeaseModel {
     }
 }
 
-impl Symmetric for K8sLeaseModel {
-    const REDUCES: bool = false;
-
-    fn representative(state: &K8sLeaseState) -> K8sLeaseState {
-        state.clone()
-    }
-}
+not_symmetric!(K8sLeaseModel, K8sLeaseState);
 
 /// Every property of this model, declared once.
 const DECLARED: &[Declared<K8sLeaseModel>] = &[

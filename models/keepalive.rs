@@ -24,7 +24,6 @@
 //! `keepalive-silent-reacquire` (an extend that takes an expired lease again, redis-semaphore#175)
 //! is exercised but harmless here: the reply arrives after the server's expiry, so after the
 //! holder's send-time deadline, by which the work has been killed.
-use super::Symmetric;
 use super::{declared_properties, meaning, Declared, Declares, Expect, Narrate, Params, Step};
 use crate::protocol::{Acquire, Fence, Holder, LeaseOrder, LeaseTable, Phase, StopPolicy, Token};
 use stateright::{Expectation, Model, Property};
@@ -800,13 +799,7 @@ impl Narrate for KeepaliveModel {
     }
 }
 
-impl Symmetric for KeepaliveModel {
-    const REDUCES: bool = false;
-
-    fn representative(state: &KaState) -> KaState {
-        state.clone()
-    }
-}
+not_symmetric!(KeepaliveModel, KaState);
 
 /// The successor holds a lease granted after the one the holder's work runs under.
 fn successor_later(s: &KaState) -> bool {

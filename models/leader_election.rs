@@ -10,7 +10,6 @@
 
 use super::{
     declared_properties, Declared, Declares, Expect, Expected, Mutant, Narrate, Params, Step,
-    Symmetric,
 };
 use crate::protocol::{
     one_leader_per_term, Campaign, Fence, FencePolicy, LeaseOrder, TermRegister, Token,
@@ -249,13 +248,7 @@ impl Narrate for ElectionModel {
     }
 }
 
-impl Symmetric for ElectionModel {
-    const REDUCES: bool = false;
-
-    fn representative(state: &ElectionState) -> ElectionState {
-        state.clone()
-    }
-}
+not_symmetric!(ElectionModel, ElectionState);
 
 /// Every property of this model, declared once.
 const DECLARED: &[Declared<ElectionModel>] = &[

@@ -42,7 +42,31 @@ macro_rules! catalog_entry {
     };
 }
 
+/// Implements [`Symmetric`] for a model whose actors are not interchangeable: each state is its
+/// own representative.
+macro_rules! not_symmetric {
+    ($model:ty, $state:ty) => {
+        impl $crate::models::Symmetric for $model {
+            const REDUCES: bool = false;
+
+            fn representative(state: &$state) -> $state {
+                state.clone()
+            }
+        }
+    };
+}
+
+/// `a and b`, or `nobody` when no one is named (the actors a timeline step lists).
+pub(crate) fn nobody_or(names: &[String]) -> String {
+    if names.is_empty() {
+        "nobody".to_string()
+    } else {
+        names.join(" and ")
+    }
+}
+
 pub mod check_before_write;
+pub mod consul_session;
 pub mod fenced;
 pub mod idempotent_job;
 pub mod k8s_lease;

@@ -8,9 +8,7 @@
 //! And the per-node counters do not make a fencing token: taking the largest counter among a
 //! majority's grants repeats a token (`tokens_increase` violated).
 
-use super::{
-    declared_properties, Declared, Declares, Expect, Expected, Narrate, Params, Step, Symmetric,
-};
+use super::{declared_properties, Declared, Declares, Expect, Expected, Narrate, Params, Step};
 use crate::protocol::{Acquire, LeaseOrder, LeaseTable, Token, TokenOrder};
 use stateright::{Expectation, Model, Property};
 
@@ -289,13 +287,7 @@ impl Narrate for RedlockModel {
     }
 }
 
-impl Symmetric for RedlockModel {
-    const REDUCES: bool = false;
-
-    fn representative(state: &RedlockState) -> RedlockState {
-        state.clone()
-    }
-}
+not_symmetric!(RedlockModel, RedlockState);
 
 /// Every property of this model, declared once.
 const DECLARED: &[Declared<RedlockModel>] = &[

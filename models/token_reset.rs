@@ -21,7 +21,6 @@
 
 use super::{
     declared_properties, meaning, Declared, Declares, Expect, Expected, Narrate, Params, Step,
-    Symmetric,
 };
 use crate::protocol::{Acquire, Fence, LeaseOrder, LeaseTable, Token, TokenOrder};
 use stateright::{Expectation, Model, Property};
@@ -247,13 +246,7 @@ impl Narrate for TokenResetModel {
     }
 }
 
-impl Symmetric for TokenResetModel {
-    const REDUCES: bool = false;
-
-    fn representative(state: &ResetState) -> ResetState {
-        state.clone()
-    }
-}
+not_symmetric!(TokenResetModel, ResetState);
 
 /// Every property of this model, declared once.
 const DECLARED: &[Declared<TokenResetModel>] = &[

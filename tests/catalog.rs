@@ -32,6 +32,23 @@ fn verdict(run: &ModelRun, property: &str) -> Verdict {
         .verdict
 }
 
+/// The minimal counterexample of `property` in `run`, step by step.
+fn timeline(run: &ModelRun, property: &str) -> Vec<String> {
+    let p = run
+        .properties
+        .iter()
+        .find(|p| p.property == property)
+        .expect("property");
+    assert!(p.minimal, "{property}: the minimal search must succeed");
+    p.counterexample
+        .as_ref()
+        .expect("a violated property has a counterexample")
+        .steps
+        .iter()
+        .map(|s| s.text.clone())
+        .collect()
+}
+
 /// The k8s-lease model `name` at the catalog's default size.
 fn k8s_model(name: &str) -> K8sLeaseModel {
     let build = match name {
@@ -99,6 +116,14 @@ fn pinned_state_counts_at_two_sizes() {
         ("k8s-lease-prompt", 2, 185_003),
         ("k8s-lease-fast-clock", 2, 1_455_243),
         ("k8s-lease-unfenced", 2, 251_786),
+        ("consul-session", 2, 780),
+        ("consul-session", 3, 1_814),
+        ("consul-session-no-lock-delay", 2, 1_004),
+        ("consul-session-no-lock-delay", 3, 5_846),
+        ("consul-session-slow-monitor", 2, 1_292),
+        ("consul-session-slow-monitor", 3, 3_230),
+        ("consul-session-unfenced", 2, 1_508),
+        ("consul-session-unfenced", 3, 3_878),
     ];
     for &(model, clients, states) in pinned {
         assert_eq!(
@@ -182,6 +207,20 @@ fn shortest_counterexamples_at_the_defaults() {
          "t=0: supervisor reads the grant sent at its clock 0: deadline 2, SIGTERM at 1, SIGKILL at 2; starts the work and its child"),
         ("keepalive-slow-clock", "work_stopped_before_successor", 9,
          "t=4: successor takes the lease (token 2) until t=8"),
+        // Kubernetes: a slow reply, a fast clock, a late write.
+        ("k8s-lease", "single_leader", 11,
+         "the reply reaches candidate-1 (clock 4): it leads with token 3 until clock 7 (retryPeriod + renewDeadline after this reply); sends a write with token 3"),
+        ("k8s-lease-fast-clock", "single_leader", 10,
+         "the reply reaches candidate-1 (clock 4): it leads with token 3 until clock 7 (retryPeriod + renewDeadline after this reply); sends a write with token 3"),
+        ("k8s-lease-unfenced", "storage_in_lease_order", 13,
+         "candidate-0's write with token 2 reaches the storage: accepted"),
+        // Consul: no lock-delay, a slow monitor, a late write.
+        ("consul-session-no-lock-delay", "single_holder", 5,
+         "client-1 creates a session (TTL 2) and PUT ?acquire= wins the key: LockIndex 2; sends a write with token 2"),
+        ("consul-session-slow-monitor", "single_holder", 7,
+         "client-1 creates a session (TTL 2) and PUT ?acquire= wins the key: LockIndex 2; sends a write with token 2"),
+        ("consul-session-unfenced", "storage_in_lease_order", 9,
+         "client-0's write with token 1 reaches the storage: accepted"),
     ];
     for &(model, property, steps, last) in expected {
         let r = run(model, None, None);
@@ -294,7 +333,7 @@ fn negative_controls_flip_the_verdicts() {
 
 #[test]
 fn the_whole_catalog_is_checked_and_every_verdict_matches() {
-    assert_eq!(catalog().len(), 28);
+    assert_eq!(catalog().len(), 32);
     for entry in catalog() {
         let r = (entry.check)(&(entry.defaults)(), &Options::default(), &mut |_| {})
             .expect("the checker accepts the model");
@@ -316,4 +355,97 @@ fn the_whole_catalog_is_checked_and_every_verdict_matches() {
             entry.name
         );
     }
+}
+
+/// Kubernetes leader election on the library's elector: client-go's timing lets two lead when a
+/// reply is slower than the margin its three durations leave (kubernetes#44887) or a clock runs
+/// fast, holds inside the margin, and leaseTransitions as a fencing token keeps the storage in
+/// order either way.
+#[test]
+fn k8s_lease_single_leader_needs_the_margin_and_the_fence_keeps_order() {
+    let expect = [
+        ("k8s-lease", Verdict::Violated, Verdict::Holds),
+        ("k8s-lease-prompt", Verdict::Holds, Verdict::Holds),
+        ("k8s-lease-fast-clock", Verdict::Violated, Verdict::Holds),
+        ("k8s-lease-unfenced", Verdict::Violated, Verdict::Violated),
+    ];
+    for (model, single_leader, in_order) in expect {
+        let r = run(model, None, None);
+        assert!(r.complete, "{model}");
+        assert_eq!(verdict(&r, "single_leader"), single_leader, "{model}");
+        assert_eq!(verdict(&r, "storage_in_lease_order"), in_order, "{model}");
+        assert_eq!(
+            verdict(&r, "one_leader_per_term"),
+            Verdict::Holds,
+            "{model}"
+        );
+        for sometimes in ["leader_elected", "leadership_changes", "write_accepted"] {
+            assert_eq!(
+                verdict(&r, sometimes),
+                Verdict::Holds,
+                "{model} {sometimes}"
+            );
+        }
+    }
+    // The two leaders of the minimal counterexample: one still inside retryPeriod +
+    // renewDeadline after its slow reply, the other past leaseDuration since it saw the change.
+    let r = run("k8s-lease", None, None);
+    let steps = timeline(&r, "single_leader");
+    let text = steps.join("\n");
+    assert!(text.contains("renewDeadline"), "{text}");
+    assert!(text.contains("expired by its clock"), "{text}");
+    assert!(text.contains("resourceVersion"), "{text}");
+}
+
+/// Consul locks on the library's session lock: lock-delay keeps two holders apart only while
+/// holders notice within it; the LockIndex as a fencing token keeps the storage in order either
+/// way.
+#[test]
+fn consul_lock_delay_needs_prompt_notice_and_the_lock_index_fences() {
+    let expect = [
+        (
+            "consul-session",
+            Verdict::Holds,
+            Verdict::Holds,
+            Verdict::Holds,
+        ),
+        (
+            "consul-session-no-lock-delay",
+            Verdict::Violated,
+            Verdict::Holds,
+            Verdict::Violated,
+        ),
+        (
+            "consul-session-slow-monitor",
+            Verdict::Violated,
+            Verdict::Holds,
+            Verdict::Holds,
+        ),
+        (
+            "consul-session-unfenced",
+            Verdict::Violated,
+            Verdict::Violated,
+            Verdict::Holds,
+        ),
+    ];
+    for (model, single_holder, in_order, delay_refuses) in expect {
+        let r = run(model, None, None);
+        assert!(r.complete, "{model}");
+        assert_eq!(verdict(&r, "single_holder"), single_holder, "{model}");
+        assert_eq!(verdict(&r, "storage_in_lease_order"), in_order, "{model}");
+        assert_eq!(verdict(&r, "tokens_increase"), Verdict::Holds, "{model}");
+        assert_eq!(verdict(&r, "lock_delay_refuses"), delay_refuses, "{model}");
+        for sometimes in ["lock_changes_hands", "write_accepted"] {
+            assert_eq!(
+                verdict(&r, sometimes),
+                Verdict::Holds,
+                "{model} {sometimes}"
+            );
+        }
+    }
+    let r = run("consul-session-slow-monitor", None, None);
+    let text = timeline(&r, "single_holder").join("\n");
+    assert!(text.contains("lock-delay"), "{text}");
+    assert!(text.contains("LockIndex"), "{text}");
+    assert!(text.contains("session TTL ran out"), "{text}");
 }

@@ -3,9 +3,9 @@
 use super::run::CheckError;
 use super::run::{check_model, ModelRun, Options, Progress};
 use crate::models::{
-    check_before_write, fenced, idempotent_job, k8s_lease, keepalive, leader_election, redlock,
-    token_reset, ttl_only, CatalogModel, Declares, Mutant, Narrate, Params, PropertySpec,
-    Symmetric,
+    check_before_write, consul_session, fenced, idempotent_job, k8s_lease, keepalive,
+    leader_election, redlock, token_reset, ttl_only, CatalogModel, Declares, Mutant, Narrate,
+    Params, PropertySpec, Symmetric,
 };
 
 /// The largest sizes `check` accepts: beyond them an exhaustive search does not finish on a
@@ -211,6 +211,10 @@ pub fn catalog() -> &'static [ModelEntry] {
         entry!(k8s_lease::K8sLeasePrompt),
         entry!(k8s_lease::K8sLeaseFastClock),
         entry!(k8s_lease::K8sLeaseUnfenced),
+        entry!(consul_session::ConsulSession),
+        entry!(consul_session::ConsulSessionNoLockDelay),
+        entry!(consul_session::ConsulSessionSlowMonitor),
+        entry!(consul_session::ConsulSessionUnfenced),
     ];
     CATALOG
 }

@@ -34,10 +34,10 @@ edit by hand.
 | `report.html` | one self-contained page: verdicts, each counterexample as an SVG sequence diagram (violating step in red), benchmark ratios as a bar chart |
 | `mutants.md` | the mutation-testing summary: caught / missed / timeout / unviable counts, the score, the misses, and the mutants excluded as equivalent with the reason for each; regenerate with `cargo mutants` then `fencecheck report` |
 
-`models.json` (schema_version 1): `{schema_version, fencecheck, commit, params: {clients, writes,
-retries, mutant}, all_match, models: [{model, states, generated, max_depth, seconds, complete,
-symmetry, properties: [{property, kind, meaning, expected, verdict, matches, minimal,
-counterexample}]}]}` where `kind` is `always`/`sometimes`/`eventually`, `expected` is
+`models.json` (schema_version 1; `fencecheck check --json` prints the same document):
+`{schema_version, fencecheck, commit, all_match, models: [{model, params: {clients, writes, retries,
+mutant}, states, generated, max_depth, seconds, complete, symmetry, properties: [{property, kind,
+meaning, expected, verdict, matches, minimal, counterexample}]}]}` where `kind` is `always`/`sometimes`/`eventually`, `expected` is
 `holds`/`violated`, `verdict` is `holds`/`violated`/`incomplete`, and `counterexample` is null or a
 list of `{from, to, text}` steps (`from`/`to` are lifelines such as `client-N`, `lock-service`,
 `storage`, `node-N`, `candidate-N`, `register`).

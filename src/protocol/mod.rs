@@ -15,6 +15,7 @@ mod history;
 mod holder;
 mod lease;
 mod register;
+mod session;
 mod token;
 
 pub use elector::{
@@ -28,4 +29,5 @@ pub use history::{
 pub use holder::{safe_deadline, Holder, Phase, Renewals, ScheduleError, Step, StopPolicy};
 pub use lease::{Acquire, Lease, LeaseError, LeaseTable};
 pub use register::{Campaign, TermRegister};
+pub use session::{Refused, SessionLock};
 pub use token::{NegativeToken, Token, TokenExhausted, TokenIssuer};
