@@ -13,6 +13,7 @@
 //! | model | what differs | `single_leader` | lesson |
 //! |---|---|---|---|
 //! | `k8s-lease` | requests may take up to renewDeadline, as client-go's per-attempt context allows | violated | a slow renewal reply moves the old leader's end past the moment a candidate takes over (kubernetes#44887); only the fence keeps the storage in order |
+//! | `k8s-lease-long-request` | a request may take longer than renewDeadline (an HTTP client timeout above it) | violated | as with requests bounded by renewDeadline: a longer client timeout does not repair it; only the margin does (`k8s-lease-prompt`) |
 //! | `k8s-lease-prompt` | every request answered within leaseDuration − retryPeriod − renewDeadline | holds | the margin between the three durations must cover request latency |
 //! | `k8s-lease-fast-clock` | as prompt, but a candidate's clock may gain a tick | violated | the margin must also cover clock-rate skew |
 //! | `k8s-lease-unfenced` | as `k8s-lease`, the storage ignores the token | violated (and `storage_in_lease_order` too) | a Lease is not a lock (kube-rs#1056): carry leaseTransitions to the storage |
@@ -482,6 +483,18 @@ catalog_entry! {
         mutants: &[],
         defaults: Params::sized(2, 1, 0),
         build: |p| build(p, RENEW_DEADLINE as u8, 0, FencePolicy::Fenced),
+    }
+}
+
+catalog_entry! {
+    /// The catalog entry: a request may outlast renewDeadline.
+    K8sLeaseLongRequest: K8sLeaseModel {
+        name: "k8s-lease-long-request",
+        summary: "client-go leader election whose requests may take longer than renewDeadline: the overlap only grows",
+        clients: 2..=2,
+        mutants: &[],
+        defaults: Params::sized(2, 1, 0),
+        build: |p| build(p, RENEW_DEADLINE as u8 + 1, 0, FencePolicy::Fenced),
     }
 }
 

@@ -5,7 +5,8 @@
 
 use fencecheck::check::{catalog, find_model, ModelRun, Options, Params, Verdict};
 use fencecheck::models::k8s_lease::{
-    K8sLease, K8sLeaseFastClock, K8sLeaseModel, K8sLeasePrompt, K8sLeaseUnfenced,
+    K8sLease, K8sLeaseFastClock, K8sLeaseLongRequest, K8sLeaseModel, K8sLeasePrompt,
+    K8sLeaseUnfenced,
 };
 use fencecheck::models::keepalive::{Flaw, KeepaliveModel};
 use fencecheck::models::redlock::{Fault, RedlockModel};
@@ -53,6 +54,7 @@ fn timeline(run: &ModelRun, property: &str) -> Vec<String> {
 fn k8s_model(name: &str) -> K8sLeaseModel {
     let build = match name {
         "k8s-lease" => K8sLease::build,
+        "k8s-lease-long-request" => K8sLeaseLongRequest::build,
         "k8s-lease-prompt" => K8sLeasePrompt::build,
         "k8s-lease-fast-clock" => K8sLeaseFastClock::build,
         "k8s-lease-unfenced" => K8sLeaseUnfenced::build,
@@ -113,6 +115,7 @@ fn pinned_state_counts_at_two_sizes() {
         ("keepalive-stale-release", 2, 1_077_032),
         ("keepalive-silent-reacquire", 2, 40_433),
         ("k8s-lease", 2, 248_042),
+        ("k8s-lease-long-request", 2, 298_522),
         ("k8s-lease-prompt", 2, 185_003),
         ("k8s-lease-fast-clock", 2, 1_455_243),
         ("k8s-lease-unfenced", 2, 251_786),
@@ -145,6 +148,7 @@ fn pinned_state_counts_at_two_sizes() {
     // more); their second size is a shorter run (5 ticks), counted on the model itself.
     for (name, states) in [
         ("k8s-lease", 97_782),
+        ("k8s-lease-long-request", 117_238),
         ("k8s-lease-prompt", 74_464),
         ("k8s-lease-fast-clock", 575_139),
         ("k8s-lease-unfenced", 98_394),
@@ -209,6 +213,8 @@ fn shortest_counterexamples_at_the_defaults() {
          "t=4: successor takes the lease (token 2) until t=8"),
         // Kubernetes: a slow reply, a fast clock, a late write.
         ("k8s-lease", "single_leader", 11,
+         "the reply reaches candidate-1 (clock 4): it leads with token 3 until clock 7 (retryPeriod + renewDeadline after this reply); sends a write with token 3"),
+        ("k8s-lease-long-request", "single_leader", 11,
          "the reply reaches candidate-1 (clock 4): it leads with token 3 until clock 7 (retryPeriod + renewDeadline after this reply); sends a write with token 3"),
         ("k8s-lease-fast-clock", "single_leader", 10,
          "the reply reaches candidate-1 (clock 4): it leads with token 3 until clock 7 (retryPeriod + renewDeadline after this reply); sends a write with token 3"),
@@ -333,7 +339,7 @@ fn negative_controls_flip_the_verdicts() {
 
 #[test]
 fn the_whole_catalog_is_checked_and_every_verdict_matches() {
-    assert_eq!(catalog().len(), 32);
+    assert_eq!(catalog().len(), 33);
     for entry in catalog() {
         let r = (entry.check)(&(entry.defaults)(), &Options::default(), &mut |_| {})
             .expect("the checker accepts the model");
@@ -365,6 +371,7 @@ fn the_whole_catalog_is_checked_and_every_verdict_matches() {
 fn k8s_lease_single_leader_needs_the_margin_and_the_fence_keeps_order() {
     let expect = [
         ("k8s-lease", Verdict::Violated, Verdict::Holds),
+        ("k8s-lease-long-request", Verdict::Violated, Verdict::Holds),
         ("k8s-lease-prompt", Verdict::Holds, Verdict::Holds),
         ("k8s-lease-fast-clock", Verdict::Violated, Verdict::Holds),
         ("k8s-lease-unfenced", Verdict::Violated, Verdict::Violated),

@@ -208,6 +208,7 @@ pub fn catalog() -> &'static [ModelEntry] {
         entry!(keepalive::KeepaliveStaleRelease),
         entry!(keepalive::KeepaliveSilentReacquire),
         entry!(k8s_lease::K8sLease),
+        entry!(k8s_lease::K8sLeaseLongRequest),
         entry!(k8s_lease::K8sLeasePrompt),
         entry!(k8s_lease::K8sLeaseFastClock),
         entry!(k8s_lease::K8sLeaseUnfenced),
