@@ -155,7 +155,7 @@ impl EtcdLock {
         validate_name("lock name", name)?;
         let ttl = Ttl::new(ttl)?.in_units_of(Duration::from_secs(1));
         validate_endpoints(endpoints)?;
-        // At most 24 h (validate_ttl): far inside i64.
+        // At most 24 h (Ttl::new): far inside i64.
         let ttl_secs = i64::try_from(ttl.granted_units(Duration::from_secs(1))).unwrap_or(i64::MAX);
         let members =
             rpc::Members::new(endpoints, options.connect_timeout, options.request_timeout)
