@@ -19,8 +19,11 @@
 //! properties need.
 
 use super::{Declared, Declares, Mutant, Narrate, Step, Symmetric};
+use crate::client::{Busy, Client, Command, Commands, Event, Grant};
 use crate::protocol::{Acquire, Fence, FencePolicy, LeaseOrder, LeaseTable, Token, TokenOrder};
-use stateright::actor::{model_timeout, Actor, ActorModel, ActorModelAction, Id, Network, Out};
+use stateright::actor::{
+    model_timeout, Actor, ActorModel, ActorModelAction, ActorModelState, Id, Network, Out,
+};
 use stateright::{Rewrite, RewritePlan};
 use std::borrow::Cow;
 
@@ -64,10 +67,13 @@ pub struct LeaseServiceCfg {
     pub mutant: Option<Mutant>,
 }
 
-/// Messages between clients, the lock service and the storage.
+/// Messages between clients, the lock service and the storage. Fields named `epoch` are ghost:
+/// which grant a lease was, carried so the properties can order writes by lease; no actor reads
+/// them.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Msg {
-    /// Client to lock service: grant me the lease (waits while the lease is live).
+    /// Client to lock service: grant me the lease (waits while the lease is live, unless the
+    /// service refuses busy requests).
     Acquire,
     /// Lock service to client: the lease is yours with this token.
     Grant {
@@ -101,17 +107,69 @@ pub enum Msg {
         token: Token,
         /// The highest token the storage has accepted.
         highest: Token,
+        /// Ghost: the grant the write came from.
+        epoch: Epoch,
+    },
+    /// Lock service to client: the lease is held ([`Busy::Refuse`] only).
+    Refused,
+    /// Client to lock service: extend my lease.
+    Renew {
+        /// The lease's token.
+        token: Token,
+        /// Ghost: its grant.
+        epoch: Epoch,
+    },
+    /// Lock service to client: whether the renewal succeeded.
+    Renewed {
+        /// The lease's token.
+        token: Token,
+        /// Ghost: its grant.
+        epoch: Epoch,
+        /// Whether the lease was live and is extended.
+        ok: bool,
+    },
+    /// Client to lock service: is my lease still live?
+    Check {
+        /// The lease's token.
+        token: Token,
+        /// Ghost: its grant.
+        epoch: Epoch,
+    },
+    /// Lock service to client: whether the lease was live and the client's when it looked.
+    Status {
+        /// The lease's token.
+        token: Token,
+        /// Ghost: its grant.
+        epoch: Epoch,
+        /// Whether it was live.
+        live: bool,
+    },
+    /// Client to storage: write without a token (the storage cannot fence it).
+    WriteUnfenced {
+        /// The lease the writer holds (not sent: for telling the step only).
+        token: Token,
+        /// Ghost: its grant.
+        epoch: Epoch,
+    },
+    /// Client to storage: what is the largest token you have accepted?
+    Read,
+    /// Storage to client: the largest token it has accepted.
+    ReadAnswer {
+        /// The largest accepted token, if any.
+        highest: Option<Token>,
     },
 }
 
-/// The lock service's only timer: the live lease runs out.
+/// The timers: the lock service's lease expiry and a client's own timer.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Timer {
     /// The live lease's ttl passes.
     LeaseExpiry,
+    /// A client's timer fires (clients of the public API only).
+    Client,
 }
 
-/// A client's view of the lease.
+/// The catalog's client's view of the lease.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ClientState {
     /// Its acquire request is in flight or waiting; `left` writes still to make.
@@ -121,12 +179,10 @@ pub enum ClientState {
         /// Times it may still ask again after losing its lease.
         retries: u8,
     },
-    /// It believes it holds the lease with `token`; one write is in flight.
+    /// It believes it holds the lease `grant`; one write is in flight.
     Holding {
-        /// The token it was granted.
-        token: Token,
-        /// Ghost: the grant.
-        epoch: Epoch,
+        /// The lease it was granted.
+        grant: Grant,
         /// Writes still to make, counting the one in flight.
         left: u8,
         /// Times it may still ask again after losing its lease.
@@ -140,7 +196,7 @@ pub enum ClientState {
 /// One actor's state. The variants are ordered lock service < storage < client so that symmetry
 /// reduction, which sorts actor states, never moves the two fixed roles.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum NodeState {
+pub enum NodeState<S = ClientState> {
     /// The lock service: the core lease table. Its logical clock always reads 0: an expiry
     /// advances time to the lease's deadline and rebases the table there, which keeps equal
     /// situations equal states however many expiries led to them.
@@ -155,8 +211,8 @@ pub enum NodeState {
         /// The protocol core's fence.
         fence: Fence,
     },
-    /// A client.
-    Client(ClientState),
+    /// A client, in its own state type.
+    Client(S),
 }
 
 /// What the model remembers beyond the actors' states (ghost history, read only by properties).
@@ -168,13 +224,16 @@ pub struct Ghost {
     pub lease_order: LeaseOrder<Epoch>,
 }
 
-/// The actors of the model.
+/// The actors of the model, with clients of type `C` (the catalog's [`Writer`], or a client of
+/// the public API, [`crate::client`]).
 #[derive(Clone, Debug)]
-pub enum Node {
+pub enum Node<C = Writer> {
     /// The lock service (correct unless the mutant says otherwise).
     LockService {
         /// A deliberate bug, for negative controls.
         mutant: Option<Mutant>,
+        /// What it does with a request while the lease is held.
+        busy: Busy,
     },
     /// The storage.
     Storage {
@@ -183,19 +242,16 @@ pub enum Node {
         /// A deliberate bug, for negative controls.
         mutant: Option<Mutant>,
     },
-    /// A client making this many writes.
-    Client {
-        /// Writes to make.
-        writes: u8,
-        /// Times it asks for the lease again after learning it lost it.
-        retries: u8,
-    },
+    /// A client.
+    Client(C),
 }
 
-/// The Stateright model type of every lease-service model.
+/// The Stateright model type of every lease-service model of the catalog.
 pub type LeaseModel = ActorModel<Node, LeaseServiceCfg, Ghost>;
+/// A state of a lease-service world with clients of type `C`.
+pub type WorldState<C = Writer> = ActorModelState<Node<C>, Ghost>;
 /// A state of [`LeaseModel`].
-pub type LeaseState = stateright::actor::ActorModelState<Node, Ghost>;
+pub type LeaseState = WorldState<Writer>;
 /// An action of [`LeaseModel`].
 pub type LeaseAction = ActorModelAction<Msg, Timer, ()>;
 
@@ -231,10 +287,10 @@ pub fn lifeline(id: Id) -> String {
     }
 }
 
-impl Actor for Node {
+impl<C: Client> Actor for Node<C> {
     type Msg = Msg;
     type Timer = Timer;
-    type State = NodeState;
+    type State = NodeState<C::State>;
     type Storage = ();
     type Random = ();
 
@@ -242,11 +298,11 @@ impl Actor for Node {
         match self {
             Node::LockService { .. } => "lock-service".into(),
             Node::Storage { .. } => "storage".into(),
-            Node::Client { .. } => "client".into(),
+            Node::Client(_) => "client".into(),
         }
     }
 
-    fn on_start(&self, _id: Id, _storage: &Option<()>, o: &mut Out<Self>) -> NodeState {
+    fn on_start(&self, _id: Id, _storage: &Option<()>, o: &mut Out<Self>) -> Self::State {
         match self {
             Node::LockService { .. } => NodeState::LockService {
                 table: LeaseTable::new(),
@@ -255,74 +311,32 @@ impl Actor for Node {
             Node::Storage { policy, .. } => NodeState::Storage {
                 fence: Fence::new(*policy),
             },
-            Node::Client { writes, retries } => {
-                o.send(lock_service(), Msg::Acquire);
-                NodeState::Client(ClientState::Acquiring {
-                    left: *writes,
-                    retries: *retries,
-                })
+            Node::Client(client) => {
+                let mut out = Commands::new();
+                let state = client.start(&mut out);
+                issue(out, o);
+                NodeState::Client(state)
             }
         }
     }
 
-    fn on_msg(&self, _id: Id, state: &mut Cow<NodeState>, src: Id, msg: Msg, o: &mut Out<Self>) {
-        match (&**state, msg) {
-            (NodeState::LockService { table, grants }, Msg::Acquire) => {
-                let (mut table, grants) = (table.clone(), *grants);
-                // A busy answer changes nothing: the request stays in flight, i.e. it waits.
-                let previous = table.last_token();
-                if let Ok(Acquire::Granted(lease)) = table.acquire(src, NOW, TTL) {
-                    let epoch = grants + 1;
-                    let token = match (self, previous) {
-                        (
-                            Node::LockService {
-                                mutant: Some(Mutant::TokenReused),
-                            },
-                            Some(p),
-                        ) => p,
-                        _ => lease.token,
-                    };
-                    o.send(src, Msg::Grant { token, epoch });
-                    o.set_timer(Timer::LeaseExpiry, model_timeout());
-                    *state.to_mut() = NodeState::LockService {
-                        table,
-                        grants: epoch,
-                    };
-                }
-            }
-            (NodeState::LockService { table, grants }, Msg::Release { token }) => {
-                let (mut table, grants) = (table.clone(), *grants);
-                // A stale release is refused by the core and changes nothing.
-                if table.release(&src, token).is_ok() {
-                    o.cancel_timer(Timer::LeaseExpiry);
+    fn on_msg(&self, _id: Id, state: &mut Cow<Self::State>, src: Id, msg: Msg, o: &mut Out<Self>) {
+        match (self, &**state) {
+            (Node::LockService { mutant, busy }, NodeState::LockService { table, grants }) => {
+                if let Some((table, grants)) = serve(*mutant, *busy, table, *grants, src, msg, o) {
                     *state.to_mut() = NodeState::LockService { table, grants };
                 }
             }
-            (NodeState::Storage { fence }, Msg::Write { token, epoch }) => {
-                let mut fence = fence.clone();
-                let accepts_older = matches!(
-                    self,
-                    Node::Storage {
-                        mutant: Some(Mutant::FenceAcceptsOlder),
-                        ..
-                    }
-                );
-                match fence.admit(token) {
-                    Ok(()) => o.send(src, Msg::Accepted { token, epoch }),
-                    // The mutant stores the write although the fence refused it.
-                    Err(_) if accepts_older => o.send(src, Msg::Accepted { token, epoch }),
-                    Err(stale) => o.send(
-                        src,
-                        Msg::Rejected {
-                            token,
-                            highest: stale.highest,
-                        },
-                    ),
+            (Node::Storage { mutant, .. }, NodeState::Storage { fence }) => {
+                if let Some(fence) = store(*mutant, fence, src, msg, o) {
+                    *state.to_mut() = NodeState::Storage { fence };
                 }
-                *state.to_mut() = NodeState::Storage { fence };
             }
-            (NodeState::Client(client), msg) => {
-                if let Some(next) = client_step(client, msg, o) {
+            (Node::Client(client), NodeState::Client(current)) => {
+                let Some(event) = event_of(msg) else { return };
+                let mut out = Commands::new();
+                if let Some(next) = client.on_event(current, &event, &mut out) {
+                    issue(out, o);
                     *state.to_mut() = NodeState::Client(next);
                 }
             }
@@ -330,76 +344,319 @@ impl Actor for Node {
         }
     }
 
-    fn on_timeout(&self, _id: Id, state: &mut Cow<NodeState>, _timer: &Timer, _o: &mut Out<Self>) {
-        if let NodeState::LockService { table, grants } = &**state {
-            // The live lease runs out: time passes to its deadline, which becomes the new origin.
-            if let Some(expires_at) = table.holder(NOW).map(|l| l.expires_at) {
-                let (mut table, grants) = (table.clone(), *grants);
-                table.rebase(expires_at);
-                *state.to_mut() = NodeState::LockService { table, grants };
+    fn on_timeout(&self, _id: Id, state: &mut Cow<Self::State>, timer: &Timer, o: &mut Out<Self>) {
+        match (self, &**state, timer) {
+            (_, NodeState::LockService { table, grants }, Timer::LeaseExpiry) => {
+                // The live lease runs out: time passes to its deadline, which becomes the new
+                // origin.
+                if let Some(expires_at) = table.holder(NOW).map(|l| l.expires_at) {
+                    let (mut table, grants) = (table.clone(), *grants);
+                    table.rebase(expires_at);
+                    *state.to_mut() = NodeState::LockService { table, grants };
+                }
             }
+            (Node::Client(client), NodeState::Client(current), Timer::Client) => {
+                let mut out = Commands::new();
+                if let Some(next) = client.on_event(current, &Event::Timer, &mut out) {
+                    issue(out, o);
+                    *state.to_mut() = NodeState::Client(next);
+                }
+            }
+            _ => {}
         }
     }
 }
 
-/// What a client does with a message; `None` when it changes nothing.
-fn client_step(client: &ClientState, msg: Msg, o: &mut Out<Node>) -> Option<ClientState> {
-    match (client, msg) {
-        (ClientState::Acquiring { left, retries }, Msg::Grant { token, epoch }) => {
-            o.send(storage(), Msg::Write { token, epoch });
-            Some(ClientState::Holding {
-                token,
-                epoch,
-                left: *left,
-                retries: *retries,
-            })
-        }
-        (
-            ClientState::Holding {
-                token,
-                epoch,
-                left,
-                retries,
-            },
-            Msg::Accepted { .. },
-        ) => {
-            if *left > 1 {
-                o.send(
-                    storage(),
-                    Msg::Write {
-                        token: *token,
-                        epoch: *epoch,
-                    },
-                );
-                Some(ClientState::Holding {
-                    token: *token,
-                    epoch: *epoch,
-                    left: left - 1,
-                    retries: *retries,
-                })
-            } else {
-                o.send(lock_service(), Msg::Release { token: *token });
-                Some(ClientState::Done)
+/// The lock service's answer to `msg` from `src`: its next table and grant count, or `None` when
+/// nothing changes.
+fn serve<C: Client>(
+    mutant: Option<Mutant>,
+    busy: Busy,
+    table: &LeaseTable<Id>,
+    grants: Epoch,
+    src: Id,
+    msg: Msg,
+    o: &mut Out<Node<C>>,
+) -> Option<(LeaseTable<Id>, Epoch)> {
+    let mut table = table.clone();
+    match msg {
+        Msg::Acquire => {
+            let previous = table.last_token();
+            match table.acquire(src, NOW, TTL) {
+                Ok(Acquire::Granted(lease)) => {
+                    let epoch = grants + 1;
+                    let token = match (mutant, previous) {
+                        (Some(Mutant::TokenReused), Some(p)) => p,
+                        _ => lease.token,
+                    };
+                    o.send(src, Msg::Grant { token, epoch });
+                    o.set_timer(Timer::LeaseExpiry, model_timeout());
+                    Some((table, epoch))
+                }
+                // A busy answer changes nothing: the request stays in flight, i.e. it waits,
+                // unless the service answers busy requests with a refusal.
+                _ if busy == Busy::Refuse => {
+                    o.send(src, Msg::Refused);
+                    None
+                }
+                _ => None,
             }
         }
-        (ClientState::Holding { left, retries, .. }, Msg::Rejected { .. }) => {
-            // The lease was lost: stop believing; ask again for the writes still to make, if
-            // the retry budget allows, else give them up.
-            if *left > 1 && *retries > 0 {
-                o.send(lock_service(), Msg::Acquire);
-                Some(ClientState::Acquiring {
-                    left: left - 1,
-                    retries: retries - 1,
-                })
-            } else {
-                Some(ClientState::Done)
-            }
+        Msg::Release { token } => {
+            // A stale release is refused by the core and changes nothing.
+            table.release(&src, token).ok()?;
+            o.cancel_timer(Timer::LeaseExpiry);
+            Some((table, grants))
+        }
+        Msg::Renew { token, epoch } => {
+            // The lease stays as long as before: time does not pass between expiries, and the
+            // expiry may still come at any moment.
+            let ok = table.extend(&src, token, NOW, TTL).is_ok();
+            o.send(src, Msg::Renewed { token, epoch, ok });
+            None
+        }
+        Msg::Check { token, epoch } => {
+            let live = table
+                .holder(NOW)
+                .is_some_and(|l| l.owner == src && l.token == token);
+            o.send(src, Msg::Status { token, epoch, live });
+            None
         }
         _ => None,
     }
 }
 
-impl Rewrite<Id> for NodeState {
+/// The storage's answer to `msg` from `src`: its next fence, or `None` when nothing changes.
+fn store<C: Client>(
+    mutant: Option<Mutant>,
+    fence: &Fence,
+    src: Id,
+    msg: Msg,
+    o: &mut Out<Node<C>>,
+) -> Option<Fence> {
+    let mut fence = fence.clone();
+    match msg {
+        Msg::Write { token, epoch } => {
+            match fence.admit(token) {
+                Ok(()) => o.send(src, Msg::Accepted { token, epoch }),
+                // The mutant stores the write although the fence refused it.
+                Err(_) if mutant == Some(Mutant::FenceAcceptsOlder) => {
+                    o.send(src, Msg::Accepted { token, epoch })
+                }
+                Err(stale) => o.send(
+                    src,
+                    Msg::Rejected {
+                        token,
+                        highest: stale.highest,
+                        epoch,
+                    },
+                ),
+            }
+            Some(fence)
+        }
+        // A write without a token passes any fence: there is nothing to compare.
+        Msg::WriteUnfenced { token, epoch } => {
+            o.send(src, Msg::Accepted { token, epoch });
+            None
+        }
+        Msg::Read => {
+            o.send(
+                src,
+                Msg::ReadAnswer {
+                    highest: fence.highest(),
+                },
+            );
+            None
+        }
+        _ => None,
+    }
+}
+
+/// What a message tells a client, if it is one a client receives.
+fn event_of(msg: Msg) -> Option<Event> {
+    Some(match msg {
+        Msg::Grant { token, epoch } => Event::Granted(Grant::new(token, epoch)),
+        Msg::Accepted { token, epoch } => Event::WriteAccepted {
+            grant: Grant::new(token, epoch),
+        },
+        Msg::Rejected {
+            token,
+            highest,
+            epoch,
+        } => Event::WriteRejected {
+            grant: Grant::new(token, epoch),
+            highest,
+        },
+        Msg::Refused => Event::Refused,
+        Msg::Renewed { token, epoch, ok } => Event::Renewed {
+            grant: Grant::new(token, epoch),
+            ok,
+        },
+        Msg::Status { token, epoch, live } => Event::LeaseStatus {
+            grant: Grant::new(token, epoch),
+            live,
+        },
+        Msg::ReadAnswer { highest } => Event::ReadAnswer { highest },
+        _ => return None,
+    })
+}
+
+/// Sends what a client's commands ask for.
+fn issue<C: Client>(mut out: Commands, o: &mut Out<Node<C>>) {
+    for command in out.take() {
+        match command {
+            Command::Acquire => o.send(lock_service(), Msg::Acquire),
+            Command::Renew(g) => o.send(
+                lock_service(),
+                Msg::Renew {
+                    token: g.token(),
+                    epoch: g.epoch(),
+                },
+            ),
+            Command::CheckLease(g) => o.send(
+                lock_service(),
+                Msg::Check {
+                    token: g.token(),
+                    epoch: g.epoch(),
+                },
+            ),
+            Command::Write(g) => o.send(
+                storage(),
+                Msg::Write {
+                    token: g.token(),
+                    epoch: g.epoch(),
+                },
+            ),
+            Command::WriteUnfenced(g) => o.send(
+                storage(),
+                Msg::WriteUnfenced {
+                    token: g.token(),
+                    epoch: g.epoch(),
+                },
+            ),
+            Command::Read => o.send(storage(), Msg::Read),
+            Command::Release(g) => o.send(lock_service(), Msg::Release { token: g.token() }),
+            Command::SetTimer => o.set_timer(Timer::Client, model_timeout()),
+        }
+    }
+}
+
+/// The catalog's client: asks for the lease, makes `writes` writes one at a time with its token,
+/// then releases. A rejected write tells it the lease was lost: it stops believing and, with
+/// retries left and writes to make, asks again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Writer {
+    /// Writes to make.
+    pub writes: u8,
+    /// Times it asks for the lease again after learning it lost it.
+    pub retries: u8,
+}
+
+impl Client for Writer {
+    type State = ClientState;
+
+    fn start(&self, out: &mut Commands) -> ClientState {
+        out.acquire();
+        ClientState::Acquiring {
+            left: self.writes,
+            retries: self.retries,
+        }
+    }
+
+    fn on_event(
+        &self,
+        state: &ClientState,
+        event: &Event,
+        out: &mut Commands,
+    ) -> Option<ClientState> {
+        match (state, event) {
+            (ClientState::Acquiring { left, retries }, Event::Granted(grant)) => {
+                out.write(grant);
+                Some(ClientState::Holding {
+                    grant: *grant,
+                    left: *left,
+                    retries: *retries,
+                })
+            }
+            (
+                ClientState::Holding {
+                    grant,
+                    left,
+                    retries,
+                },
+                Event::WriteAccepted { .. },
+            ) => {
+                if *left > 1 {
+                    out.write(grant);
+                    Some(ClientState::Holding {
+                        grant: *grant,
+                        left: left - 1,
+                        retries: *retries,
+                    })
+                } else {
+                    out.release(grant);
+                    Some(ClientState::Done)
+                }
+            }
+            (ClientState::Holding { left, retries, .. }, Event::WriteRejected { .. }) => {
+                // The lease was lost: stop believing; ask again for the writes still to make, if
+                // the retry budget allows, else give them up.
+                if *left > 1 && *retries > 0 {
+                    out.acquire();
+                    Some(ClientState::Acquiring {
+                        left: left - 1,
+                        retries: retries - 1,
+                    })
+                } else {
+                    Some(ClientState::Done)
+                }
+            }
+            _ => None,
+        }
+    }
+
+    fn holds(&self, state: &ClientState) -> bool {
+        matches!(state, ClientState::Holding { .. })
+    }
+
+    fn finished(&self, state: &ClientState) -> bool {
+        *state == ClientState::Done
+    }
+
+    fn narrate(
+        &self,
+        me: &str,
+        event: &Event,
+        _before: &ClientState,
+        after: &ClientState,
+        _sent: &[Command],
+    ) -> Option<String> {
+        Some(match event {
+            Event::Granted(grant) => {
+                let token = grant.token();
+                format!(
+                    "{me} receives its lease (token {token}) and sends a write with token {token}"
+                )
+            }
+            Event::WriteAccepted { grant } => {
+                let token = grant.token();
+                let next = match after {
+                    ClientState::Done => format!("and releases the lease (token {token})"),
+                    _ => format!("and sends its next write with token {token}"),
+                };
+                format!("{me} learns its write is stored {next}")
+            }
+            Event::WriteRejected { grant, highest } => format!(
+                "{me} learns its write was refused (token {} < {highest}), stops believing it \
+                 holds the lease and asks again",
+                grant.token()
+            ),
+            _ => return None,
+        })
+    }
+}
+
+impl<C: Clone> Rewrite<Id> for NodeState<C> {
     fn rewrite<S>(&self, plan: &RewritePlan<Id, S>) -> Self {
         match self {
             NodeState::LockService { table, grants } => NodeState::LockService {
@@ -423,8 +680,10 @@ impl Rewrite<Id> for Ghost {
     }
 }
 
-fn record_out(
-    _cfg: &LeaseServiceCfg,
+/// Records the ghost history of a lease-service world: every grant's token and every accepted
+/// write's grant.
+pub(crate) fn record_out<Cfg>(
+    _cfg: &Cfg,
     ghost: &Ghost,
     env: stateright::actor::Envelope<&Msg>,
 ) -> Option<Ghost> {
@@ -456,59 +715,78 @@ impl Declares for LeaseModel {
     }
 }
 
-/// The conditions of the lease models' properties, shared by the TTL-only and fenced models.
+/// The conditions of the lease-service properties, shared by the TTL-only and fenced models and
+/// by the worlds of the public client API ([`crate::client`]).
 pub mod condition {
-    use super::{believers, grants, LeaseModel, LeaseState, Msg};
+    use super::{believers, grants, Client, Ghost, Msg, Node, WorldState};
+    use stateright::actor::ActorModel;
+
+    /// A lease-service world with clients of type `C` and configuration `Cfg`.
+    type World<C, Cfg> = ActorModel<Node<C>, Cfg, Ghost>;
 
     /// `storage_in_lease_order`: the library's checker over the accepted writes' epochs.
-    pub fn in_lease_order(_: &LeaseModel, s: &LeaseState) -> bool {
+    pub fn in_lease_order<C: Client, Cfg>(_: &World<C, Cfg>, s: &WorldState<C>) -> bool {
         s.history.lease_order.holds()
     }
 
     /// `single_believer`.
-    pub fn single_believer(_: &LeaseModel, s: &LeaseState) -> bool {
-        believers(s) <= 1
+    pub fn single_believer<C: Client, Cfg>(m: &World<C, Cfg>, s: &WorldState<C>) -> bool {
+        believers(m, s) <= 1
     }
 
     /// `progress` and `write_accepted`: some write was stored.
-    pub fn write_stored(_: &LeaseModel, s: &LeaseState) -> bool {
+    pub fn write_stored<C: Client, Cfg>(_: &World<C, Cfg>, s: &WorldState<C>) -> bool {
         s.history.lease_order.newest().is_some()
     }
 
     /// `lease_regranted`.
-    pub fn regranted(_: &LeaseModel, s: &LeaseState) -> bool {
+    pub fn regranted<C: Client, Cfg>(_: &World<C, Cfg>, s: &WorldState<C>) -> bool {
         grants(s) >= 2
     }
 
     /// `stale_write_rejected`. Every rejection puts a Rejected reply in flight, so reaching such
     /// a state is the same as a rejection happening; reading the network keeps the history lean.
-    pub fn stale_write_rejected(_: &LeaseModel, s: &LeaseState) -> bool {
+    pub fn stale_write_rejected<C: Client, Cfg>(_: &World<C, Cfg>, s: &WorldState<C>) -> bool {
         s.network
             .iter_deliverable()
             .any(|e| matches!(e.msg, Msg::Rejected { .. }))
     }
 
     /// `tokens_increase`.
-    pub fn tokens_increase(_: &LeaseModel, s: &LeaseState) -> bool {
+    pub fn tokens_increase<C: Client, Cfg>(_: &World<C, Cfg>, s: &WorldState<C>) -> bool {
         s.history.tokens.holds()
     }
 }
 
 /// How many leases the lock service has granted.
-pub fn grants(state: &LeaseState) -> Epoch {
+pub fn grants<C: Client>(state: &WorldState<C>) -> Epoch {
     match &*state.actor_states[LOCK_SERVICE_INDEX] {
         NodeState::LockService { grants, .. } => *grants,
         _ => 0,
     }
 }
 
-/// The number of clients that believe they hold the lease.
-pub fn believers(state: &LeaseState) -> usize {
-    state
-        .actor_states
+/// Each client with its state, in actor order.
+pub fn clients<'a, C: Client, Cfg>(
+    model: &'a ActorModel<Node<C>, Cfg, Ghost>,
+    state: &'a WorldState<C>,
+) -> impl Iterator<Item = (&'a C, &'a C::State)> + 'a {
+    model
+        .actors
         .iter()
-        .filter(|s| matches!(***s, NodeState::Client(ClientState::Holding { .. })))
-        .count()
+        .zip(&state.actor_states)
+        .filter_map(|(actor, s)| match (actor, &**s) {
+            (Node::Client(c), NodeState::Client(s)) => Some((c, s)),
+            _ => None,
+        })
+}
+
+/// The number of clients that believe they hold the lease.
+pub fn believers<C: Client, Cfg>(
+    model: &ActorModel<Node<C>, Cfg, Ghost>,
+    state: &WorldState<C>,
+) -> usize {
+    clients(model, state).filter(|(c, s)| c.holds(s)).count()
 }
 
 impl LeaseServiceCfg {
@@ -518,9 +796,12 @@ impl LeaseServiceCfg {
         let clients = self.clients;
         let (policy, mutant) = (self.policy, self.mutant);
         let mut model = ActorModel::new(self, Ghost::default())
-            .actor(Node::LockService { mutant })
+            .actor(Node::LockService {
+                mutant,
+                busy: Busy::Wait,
+            })
             .actor(Node::Storage { policy, mutant })
-            .actors((0..clients).map(|_| Node::Client { writes, retries }))
+            .actors((0..clients).map(|_| Node::Client(Writer { writes, retries })))
             .init_network(Network::new_unordered_nonduplicating([]))
             .record_msg_out(record_out);
         for p in declarations(policy) {
@@ -532,8 +813,8 @@ impl LeaseServiceCfg {
 
 /// The message from `src` to `dst` that `after` has in flight more often than `before`: what
 /// the step sent.
-fn sent(before: &LeaseState, after: &LeaseState, src: Id, dst: Id) -> Option<Msg> {
-    let count = |state: &LeaseState, msg: &Msg| {
+fn sent<C: Client>(before: &WorldState<C>, after: &WorldState<C>, src: Id, dst: Id) -> Option<Msg> {
+    let count = |state: &WorldState<C>, msg: &Msg| {
         state
             .network
             .iter_all()
@@ -548,15 +829,90 @@ fn sent(before: &LeaseState, after: &LeaseState, src: Id, dst: Id) -> Option<Msg
         .find(|m| count(after, m) > count(before, m))
 }
 
-fn current_lease(state: &LeaseState) -> Option<&crate::protocol::Lease<Id>> {
+fn current_lease<C: Client>(state: &WorldState<C>) -> Option<&crate::protocol::Lease<Id>> {
     match &*state.actor_states[LOCK_SERVICE_INDEX] {
         NodeState::LockService { table, .. } => table.current(),
         _ => None,
     }
 }
 
-impl Narrate for LeaseModel {
-    fn narrate(&self, before: &LeaseState, action: &LeaseAction, after: &LeaseState) -> Step {
+/// What a client was told, in the environment's words.
+fn told(event: &Event) -> String {
+    match event {
+        Event::Granted(g) => format!("is granted the lease (token {})", g.token()),
+        Event::Refused => "is told the lease is held".to_string(),
+        Event::LeaseStatus { grant, live: true } => {
+            format!("is told its lease (token {}) is live", grant.token())
+        }
+        Event::LeaseStatus { grant, live: false } => {
+            format!("is told its lease (token {}) is gone", grant.token())
+        }
+        Event::Renewed { grant, ok: true } => {
+            format!("is told its lease (token {}) is renewed", grant.token())
+        }
+        Event::Renewed { grant, ok: false } => format!(
+            "is told its lease (token {}) could not be renewed",
+            grant.token()
+        ),
+        Event::WriteAccepted { grant } => {
+            format!("learns its write (token {}) is stored", grant.token())
+        }
+        Event::WriteRejected { grant, highest } => format!(
+            "learns its write (token {}) was refused (already saw {highest})",
+            grant.token()
+        ),
+        Event::ReadAnswer { highest: Some(h) } => format!("reads highest token {h}"),
+        Event::ReadAnswer { highest: None } => "reads an empty storage".to_string(),
+        Event::Timer => "sees its timer fire".to_string(),
+    }
+}
+
+/// What a client asked for, in the environment's words.
+fn asked(command: &Command) -> String {
+    match command {
+        Command::Acquire => "asks for the lease".to_string(),
+        Command::Renew(g) => format!("renews its lease (token {})", g.token()),
+        Command::CheckLease(g) => format!("asks whether its lease (token {}) is live", g.token()),
+        Command::Write(g) => format!("sends a write with token {}", g.token()),
+        Command::WriteUnfenced(_) => "sends a write without a token".to_string(),
+        Command::Read => "reads the storage".to_string(),
+        Command::Release(g) => format!("releases the lease (token {})", g.token()),
+        Command::SetTimer => "sets its timer".to_string(),
+    }
+}
+
+/// A client's step, told by the client or, failing that, by the environment.
+fn client_step<C: Client, Cfg>(
+    model: &ActorModel<Node<C>, Cfg, Ghost>,
+    before: &WorldState<C>,
+    id: Id,
+    event: &Event,
+) -> String {
+    let me = lifeline(id);
+    let (Node::Client(client), NodeState::Client(was)) = (
+        &model.actors[usize::from(id)],
+        &*before.actor_states[usize::from(id)],
+    ) else {
+        return format!("{me} {}", told(event));
+    };
+    // Replay the client's step: it is a pure function of its state and the event.
+    let mut out = Commands::new();
+    let Some(now) = client.on_event(was, event, &mut out) else {
+        return format!("{me} {} and does nothing", told(event));
+    };
+    if let Some(text) = client.narrate(&me, event, was, &now, out.as_slice()) {
+        return text;
+    }
+    let mut text = format!("{me} {}", told(event));
+    for command in out.as_slice() {
+        text.push_str(", ");
+        text.push_str(&asked(command));
+    }
+    text
+}
+
+impl<C: Client, Cfg> Narrate for ActorModel<Node<C>, Cfg, Ghost> {
+    fn narrate(&self, before: &WorldState<C>, action: &LeaseAction, after: &WorldState<C>) -> Step {
         let step = |from: Id, to: Id, text: String| Step {
             from: lifeline(from),
             to: lifeline(to),
@@ -565,29 +921,25 @@ impl Narrate for LeaseModel {
         match action {
             ActorModelAction::Deliver { src, dst, msg } => {
                 let who = lifeline(*src);
+                let reply = || sent(before, after, *dst, *src);
                 match msg {
                     Msg::Acquire => {
-                        let text = match sent(before, after, *dst, *src) {
+                        let text = match reply() {
                             Some(Msg::Grant { token, .. }) => {
                                 format!("{who} acquires the lease (token {token})")
                             }
+                            Some(Msg::Refused) => format!("{who} asks for the lease: held"),
                             _ => format!("{who} asks for the lease"),
                         };
                         step(*src, *dst, text)
                     }
-                    Msg::Grant { token, .. } => step(
+                    Msg::Release { token } => step(
                         *src,
                         *dst,
-                        format!(
-                            "{} receives its lease (token {token}) and sends a write with token {token}",
-                            lifeline(*dst)
-                        ),
+                        format!("{who} releases the lease (token {token})"),
                     ),
-                    Msg::Release { token } => {
-                        step(*src, *dst, format!("{who} releases the lease (token {token})"))
-                    }
                     Msg::Write { token, .. } => {
-                        let verdict = match sent(before, after, *dst, *src) {
+                        let verdict = match reply() {
                             Some(Msg::Accepted { .. }) => "accepted".to_string(),
                             Some(Msg::Rejected { highest, .. }) => {
                                 format!("rejected (already saw {highest})")
@@ -600,28 +952,41 @@ impl Narrate for LeaseModel {
                             format!("{who} writes with token {token}: {verdict}"),
                         )
                     }
-                    Msg::Accepted { token, .. } => {
-                        let next = match &*after.actor_states[usize::from(*dst)] {
-                            NodeState::Client(ClientState::Done) => {
-                                format!("and releases the lease (token {token})")
-                            }
-                            _ => format!("and sends its next write with token {token}"),
+                    Msg::WriteUnfenced { token, .. } => step(
+                        *src,
+                        *dst,
+                        format!("{who} writes without a token (under its lease {token}): accepted"),
+                    ),
+                    Msg::Renew { token, .. } => {
+                        let verdict = match reply() {
+                            Some(Msg::Renewed { ok: true, .. }) => "renewed",
+                            _ => "refused, the lease is gone",
                         };
                         step(
                             *src,
                             *dst,
-                            format!("{} learns its write is stored {next}", lifeline(*dst)),
+                            format!("{who} renews its lease (token {token}): {verdict}"),
                         )
                     }
-                    Msg::Rejected { token, highest } => step(
-                        *src,
-                        *dst,
-                        format!(
-                            "{} learns its write was refused (token {token} < {highest}), stops \
-                             believing it holds the lease and asks again",
-                            lifeline(*dst)
-                        ),
-                    ),
+                    Msg::Check { token, .. } => {
+                        let verdict = match reply() {
+                            Some(Msg::Status { live: true, .. }) => "live",
+                            _ => "gone",
+                        };
+                        step(
+                            *src,
+                            *dst,
+                            format!("{who} checks its lease (token {token}): {verdict}"),
+                        )
+                    }
+                    Msg::Read => step(*src, *dst, format!("{who} reads the storage")),
+                    reply => {
+                        let text = match event_of(reply.clone()) {
+                            Some(event) => client_step(self, before, *dst, &event),
+                            None => format!("{} receives {reply:?}", lifeline(*dst)),
+                        };
+                        step(*src, *dst, text)
+                    }
                 }
             }
             ActorModelAction::Timeout(id, Timer::LeaseExpiry) => {
@@ -635,17 +1000,20 @@ impl Narrate for LeaseModel {
                 };
                 step(*id, *id, text)
             }
+            ActorModelAction::Timeout(id, Timer::Client) => {
+                step(*id, *id, client_step(self, before, *id, &Event::Timer))
+            }
             other => step(lock_service(), lock_service(), format!("{other:?}")),
         }
     }
 }
 
-impl Symmetric for LeaseModel {
+impl<C: Client, Cfg> Symmetric for ActorModel<Node<C>, Cfg, Ghost> {
     /// Sorts the clients by what distinguishes them: their state, whether the lock service's
     /// table names them, and the messages they have in flight. The lock service and the storage
     /// sort first and stay in place; every id inside the state is rewritten by the same
     /// permutation, so the result is an equivalent state.
-    fn representative(state: &LeaseState) -> LeaseState {
+    fn representative(state: &WorldState<C>) -> WorldState<C> {
         let owner = current_lease(state).map(|l| l.owner);
         let keys: Vec<_> = state
             .actor_states
@@ -664,7 +1032,7 @@ impl Symmetric for LeaseModel {
             })
             .collect();
         let plan = RewritePlan::<Id, _>::from_values_to_sort(&keys);
-        LeaseState {
+        WorldState::<C> {
             actor_states: plan.reindex(&state.actor_states),
             network: state.network.rewrite(&plan),
             timers_set: plan.reindex(&state.timers_set),

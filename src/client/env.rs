@@ -1,0 +1,355 @@
+//! The environment a client is checked in: the catalog's lock service and storage, with
+//! instances of the user's client beside them.
+
+use super::Client;
+use crate::models::lease_service::{
+    clients, condition, grants, record_out, Ghost, Node, WorldState,
+};
+use crate::models::{meaning, Declared, Declares, Expect};
+use crate::protocol::FencePolicy;
+use stateright::actor::{ActorModel, Network};
+use stateright::Expectation;
+
+/// What the lock service does with a request for the lease while someone holds it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Busy {
+    /// The request waits until the lease is free (a blocking acquire; the catalog's models).
+    #[default]
+    Wait,
+    /// The request is answered at once with [`super::Event::Refused`] (`SET NX` returning nil).
+    Refuse,
+}
+
+/// The most predicates of your own an environment takes (each is a separate checked property).
+pub const MAX_PREDICATES: usize = 8;
+
+/// A predicate of the user's over the instances' states.
+#[derive(Clone)]
+pub(crate) struct Predicate<C: Client> {
+    pub(crate) name: &'static str,
+    pub(crate) kind: Expectation,
+    pub(crate) test: fn(&[&C::State]) -> bool,
+}
+
+impl<C: Client> std::fmt::Debug for Predicate<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({:?})", self.name, self.kind)
+    }
+}
+
+/// The configuration a [`World`] carries: the user's predicates and every property's declaration.
+#[derive(Clone)]
+pub struct WorldCfg<C: Client> {
+    pub(crate) name: &'static str,
+    pub(crate) predicates: Vec<Predicate<C>>,
+    pub(crate) declarations: &'static [Declared<World<C>>],
+}
+
+impl<C: Client> std::fmt::Debug for WorldCfg<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorldCfg")
+            .field("name", &self.name)
+            .field("predicates", &self.predicates)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The Stateright model of an environment: the catalog's lease-service actors with instances of
+/// `C` as clients.
+pub type World<C> = ActorModel<Node<C>, WorldCfg<C>, Ghost>;
+
+impl<C: Client> Declares for World<C> {
+    fn declarations(&self) -> &'static [Declared<Self>] {
+        self.cfg.declarations
+    }
+}
+
+/// Why an environment cannot be checked.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum EnvironmentError {
+    /// No instances: there is nothing to check.
+    #[error("an environment needs at least 1 instance of the client; got 0")]
+    NoInstances,
+    /// A predicate's name is taken by a built-in property or another predicate.
+    #[error("property name {0:?} is already taken (built-in properties: {BUILT_IN:?})", BUILT_IN = BUILT_IN_NAMES)]
+    DuplicateProperty(&'static str),
+    /// More predicates than [`MAX_PREDICATES`].
+    #[error("at most {MAX_PREDICATES} predicates of your own can be checked; got {0}")]
+    TooManyPredicates(usize),
+    /// A property asked about is not one this environment checks.
+    #[error("unknown property {name:?}; this environment checks: {known}")]
+    UnknownProperty {
+        /// The name asked for.
+        name: String,
+        /// The properties it checks, comma-separated.
+        known: String,
+    },
+    /// The search reached its state bound before it covered every reachable state.
+    #[error(
+        "the check of {name} stopped at its bound of {bound} states without covering every \
+         reachable state, so no verdict is given: a client state that grows without end (a \
+         counter, a list, a retry loop that remembers each try) keeps the space open; bound it, \
+         or raise Environment::max_states"
+    )]
+    Unbounded {
+        /// The environment's name.
+        name: &'static str,
+        /// The bound.
+        bound: usize,
+    },
+}
+
+/// The built-in properties, in the order they are checked and reported.
+pub const BUILT_IN_NAMES: [&str; 8] = [
+    "storage_in_lease_order",
+    "single_believer",
+    "tokens_increase",
+    "work_stopped_before_successor",
+    "clients_finish",
+    "write_accepted",
+    "lease_regranted",
+    "stale_write_rejected",
+];
+
+/// Places instances of a client in the checked world.
+///
+/// By default: 2 instances, storage fenced by the core's fencing rule, a lock service whose busy
+/// requests wait, and a bound of 2,000,000 states.
+#[derive(Clone, Debug)]
+pub struct Environment<C: Client> {
+    pub(crate) client: C,
+    pub(crate) name: &'static str,
+    pub(crate) instances: usize,
+    pub(crate) storage: FencePolicy,
+    pub(crate) busy: Busy,
+    pub(crate) max_states: usize,
+    pub(crate) predicates: Vec<Predicate<C>>,
+}
+
+impl<C: Client> Environment<C> {
+    /// An environment running `client`.
+    pub fn new(client: C) -> Self {
+        Environment {
+            client,
+            name: "client",
+            instances: 2,
+            storage: FencePolicy::Fenced,
+            busy: Busy::Wait,
+            max_states: 2_000_000,
+            predicates: Vec::new(),
+        }
+    }
+
+    /// The name reports and failures use (`client` by default).
+    pub fn named(mut self, name: &'static str) -> Self {
+        self.name = name;
+        self
+    }
+
+    /// How many instances of the client run (2 by default). Symmetry reduction keeps the cost
+    /// low, but each instance multiplies the interleavings: 2 or 3 is what a test wants.
+    pub fn instances(mut self, n: usize) -> Self {
+        self.instances = n;
+        self
+    }
+
+    /// What the storage does with a write's token: [`FencePolicy::Fenced`] (the default) rejects
+    /// a write older than one it accepted; [`FencePolicy::AcceptAll`] stores every write, as a
+    /// storage that knows nothing of the lock does.
+    pub fn storage(mut self, policy: FencePolicy) -> Self {
+        self.storage = policy;
+        self
+    }
+
+    /// What the lock service does with a request while the lease is held.
+    pub fn busy(mut self, busy: Busy) -> Self {
+        self.busy = busy;
+        self
+    }
+
+    /// The most states the check explores (2,000,000 by default). A search that reaches it ends
+    /// with [`EnvironmentError::Unbounded`] instead of verdicts.
+    pub fn max_states(mut self, n: usize) -> Self {
+        self.max_states = n;
+        self
+    }
+
+    /// A property of your own that must hold in every reachable state: `test` sees every
+    /// instance's state.
+    pub fn always(mut self, name: &'static str, test: fn(&[&C::State]) -> bool) -> Self {
+        self.predicates.push(Predicate {
+            name,
+            kind: Expectation::Always,
+            test,
+        });
+        self
+    }
+
+    /// A property of your own that some reachable state must meet (so that a check does not pass
+    /// by never reaching the states that matter).
+    pub fn sometimes(mut self, name: &'static str, test: fn(&[&C::State]) -> bool) -> Self {
+        self.predicates.push(Predicate {
+            name,
+            kind: Expectation::Sometimes,
+            test,
+        });
+        self
+    }
+
+    /// The names of the properties this environment checks: the built-in ones, then yours.
+    pub fn property_names(&self) -> Vec<&'static str> {
+        BUILT_IN_NAMES
+            .iter()
+            .copied()
+            .chain(self.predicates.iter().map(|p| p.name))
+            .collect()
+    }
+
+    /// Builds the Stateright model, after checking the environment makes sense.
+    pub fn build(&self) -> Result<World<C>, EnvironmentError> {
+        if self.instances == 0 {
+            return Err(EnvironmentError::NoInstances);
+        }
+        if self.predicates.len() > MAX_PREDICATES {
+            return Err(EnvironmentError::TooManyPredicates(self.predicates.len()));
+        }
+        for (i, p) in self.predicates.iter().enumerate() {
+            let taken = BUILT_IN_NAMES.contains(&p.name)
+                || self.predicates[..i].iter().any(|q| q.name == p.name);
+            if taken {
+                return Err(EnvironmentError::DuplicateProperty(p.name));
+            }
+        }
+        let declarations = declarations(&self.predicates);
+        let cfg = WorldCfg {
+            name: self.name,
+            predicates: self.predicates.clone(),
+            declarations,
+        };
+        let mut world = ActorModel::new(cfg, Ghost::default())
+            .actor(Node::LockService {
+                mutant: None,
+                busy: self.busy,
+            })
+            .actor(Node::Storage {
+                policy: self.storage,
+                mutant: None,
+            })
+            .actors((0..self.instances).map(|_| Node::Client(self.client.clone())))
+            .init_network(Network::new_unordered_nonduplicating([]))
+            .record_msg_out(record_out);
+        for d in declarations {
+            world = world.property(d.kind.clone(), d.name, d.condition);
+        }
+        Ok(world)
+    }
+}
+
+/// `work_stopped_before_successor`: no instance works under a lease while a later one has been
+/// granted.
+fn work_stopped<C: Client>(m: &World<C>, s: &WorldState<C>) -> bool {
+    let granted = grants(s);
+    clients(m, s).all(|(c, state)| {
+        c.working_under(state)
+            .is_none_or(|grant| grant.epoch() >= granted)
+    })
+}
+
+/// `clients_finish`: every instance is done.
+fn all_finished<C: Client>(m: &World<C>, s: &WorldState<C>) -> bool {
+    clients(m, s).all(|(c, state)| c.finished(state))
+}
+
+/// The `K`-th predicate of the user's, over the instances' states.
+fn predicate<const K: usize, C: Client>(m: &World<C>, s: &WorldState<C>) -> bool {
+    let states: Vec<&C::State> = clients(m, s).map(|(_, state)| state).collect();
+    (m.cfg.predicates[K].test)(&states)
+}
+
+/// The condition of the `k`-th predicate (a plain `fn`, as Stateright wants).
+fn predicate_condition<C: Client>(k: usize) -> fn(&World<C>, &WorldState<C>) -> bool {
+    match k {
+        0 => predicate::<0, C>,
+        1 => predicate::<1, C>,
+        2 => predicate::<2, C>,
+        3 => predicate::<3, C>,
+        4 => predicate::<4, C>,
+        5 => predicate::<5, C>,
+        6 => predicate::<6, C>,
+        _ => predicate::<7, C>,
+    }
+}
+
+/// Every property of a world, declared once. The declarations live as long as the program (a
+/// world is built a few times per test, and Stateright wants `'static` names).
+fn declarations<C: Client>(predicates: &[Predicate<C>]) -> &'static [Declared<World<C>>] {
+    let built_in = |name: &'static str,
+                    kind: Expectation,
+                    meaning: &'static str,
+                    condition: fn(&World<C>, &WorldState<C>) -> bool| Declared {
+        name,
+        kind,
+        meaning,
+        expect: Expect::Holds,
+        condition,
+    };
+    let mut all = vec![
+        built_in(
+            BUILT_IN_NAMES[0],
+            Expectation::Always,
+            meaning::STORAGE_IN_LEASE_ORDER,
+            condition::in_lease_order,
+        ),
+        built_in(
+            BUILT_IN_NAMES[1],
+            Expectation::Always,
+            meaning::SINGLE_BELIEVER,
+            condition::single_believer,
+        ),
+        built_in(
+            BUILT_IN_NAMES[2],
+            Expectation::Always,
+            meaning::TOKENS_INCREASE,
+            condition::tokens_increase,
+        ),
+        built_in(
+            BUILT_IN_NAMES[3],
+            Expectation::Always,
+            meaning::WORK_STOPPED_BEFORE_SUCCESSOR,
+            work_stopped,
+        ),
+        built_in(
+            BUILT_IN_NAMES[4],
+            Expectation::Eventually,
+            "every complete run ends with every instance finished",
+            all_finished,
+        ),
+        built_in(
+            BUILT_IN_NAMES[5],
+            Expectation::Sometimes,
+            meaning::WRITE_ACCEPTED,
+            condition::write_stored,
+        ),
+        built_in(
+            BUILT_IN_NAMES[6],
+            Expectation::Sometimes,
+            meaning::LEASE_REGRANTED,
+            condition::regranted,
+        ),
+        built_in(
+            BUILT_IN_NAMES[7],
+            Expectation::Sometimes,
+            "the storage refuses a stale write",
+            condition::stale_write_rejected,
+        ),
+    ];
+    for (k, p) in predicates.iter().enumerate() {
+        all.push(built_in(
+            p.name,
+            p.kind.clone(),
+            "a predicate of the client's own",
+            predicate_condition::<C>(k),
+        ));
+    }
+    Box::leak(all.into_boxed_slice())
+}

@@ -1,0 +1,294 @@
+//! Check your own lock client: the code that uses a lease, placed in the world the catalog's models
+//! check.
+//!
+//! A job runner, a scheduler or a leader loop built on a lock makes the catalog's mistakes in its
+//! own code: it checks that the lease is live and then writes, it forgets to send the token, it
+//! keeps working after a rejected write. This module lets such code meet the same environment as
+//! the `ttl-only` and `fenced` models: the catalog's lock service (the core's lease table, a TTL
+//! lease that may expire at any moment while it is live, as on Redis) and its storage (the core's
+//! fence, or storage that accepts every write), with messages delayed and reordered (a paused
+//! process is a message that stays in flight).
+//!
+//! You write one instance of your program as a sans-IO state machine, a [`Client`]: it starts,
+//! reacts to [`Event`]s and answers with [`Command`]s. [`Environment`] places instances of it in
+//! the world; [`verify`] checks every reachable state with symmetry reduction and reports each
+//! property with a minimal counterexample told in your client's words.
+//!
+//! ```
+//! use fencecheck::client::{Client, Commands, Environment, Event, Grant};
+//!
+//! /// Takes the lease, writes once with its token, releases.
+//! #[derive(Clone, Debug)]
+//! struct OneWrite;
+//!
+//! #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+//! enum State {
+//!     Waiting,
+//!     Writing(Grant),
+//!     Done,
+//! }
+//!
+//! impl Client for OneWrite {
+//!     type State = State;
+//!
+//!     fn start(&self, out: &mut Commands) -> State {
+//!         out.acquire();
+//!         State::Waiting
+//!     }
+//!
+//!     fn on_event(&self, state: &State, event: &Event, out: &mut Commands) -> Option<State> {
+//!         match (state, event) {
+//!             (State::Waiting, Event::Granted(grant)) => {
+//!                 out.write(grant);
+//!                 Some(State::Writing(*grant))
+//!             }
+//!             (State::Writing(grant), Event::WriteAccepted { .. }) => {
+//!                 out.release(grant);
+//!                 Some(State::Done)
+//!             }
+//!             (State::Writing(_), Event::WriteRejected { .. }) => Some(State::Done),
+//!             _ => None,
+//!         }
+//!     }
+//!
+//!     fn holds(&self, state: &State) -> bool {
+//!         matches!(state, State::Writing(_))
+//!     }
+//!
+//!     fn finished(&self, state: &State) -> bool {
+//!         *state == State::Done
+//!     }
+//! }
+//!
+//! // Fenced storage keeps the writes in lease order, although two clients may believe at once.
+//! let report = fencecheck::verify(Environment::new(OneWrite).instances(2));
+//! report.expect_holds("storage_in_lease_order");
+//! report.expect_violated("single_believer");
+//! ```
+
+mod env;
+mod verify;
+
+pub use env::{
+    Busy, Environment, EnvironmentError, World, WorldCfg, BUILT_IN_NAMES, MAX_PREDICATES,
+};
+pub use verify::{explain, try_verify, verify, Verification};
+
+use crate::protocol::Token;
+use std::fmt::Debug;
+use std::hash::Hash;
+
+/// A lease the lock service granted to this client: its fencing token, and (hidden) which grant it
+/// was, so the checker can tell writes from an older lease from writes from a newer one.
+///
+/// A client keeps the `Grant` it was given and names it when it writes, renews or releases.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Grant {
+    token: Token,
+    /// Ghost: the n-th lease the service granted. No client reads it.
+    epoch: u8,
+}
+
+impl Grant {
+    /// The fencing token the lock service handed out with this lease.
+    pub fn token(&self) -> Token {
+        self.token
+    }
+
+    /// A grant with this token, the `epoch`-th the lock service made (for the environment).
+    pub(crate) fn new(token: Token, epoch: u8) -> Grant {
+        Grant { token, epoch }
+    }
+
+    /// Which grant this was (ghost state, read only by the properties).
+    pub(crate) fn epoch(&self) -> u8 {
+        self.epoch
+    }
+}
+
+/// What a client can be told.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Event {
+    /// The lock service granted the lease.
+    Granted(Grant),
+    /// The lease is held by someone else ([`Busy::Refuse`] only: by default a request waits until
+    /// the lease is free, as a blocking acquire does).
+    Refused,
+    /// The answer to [`Command::CheckLease`]: whether the lease is still this client's and live
+    /// when the lock service looked. It may expire the moment after.
+    LeaseStatus {
+        /// The lease asked about.
+        grant: Grant,
+        /// Whether it was live and this client's.
+        live: bool,
+    },
+    /// The answer to [`Command::Renew`]: whether the lease was still live and is now extended.
+    Renewed {
+        /// The lease renewed.
+        grant: Grant,
+        /// Whether the renewal succeeded.
+        ok: bool,
+    },
+    /// The storage stored the write.
+    WriteAccepted {
+        /// The lease the write was made under.
+        grant: Grant,
+    },
+    /// The fenced storage refused the write: a write with a larger token came first.
+    WriteRejected {
+        /// The lease the write was made under.
+        grant: Grant,
+        /// The largest token the storage has accepted.
+        highest: Token,
+    },
+    /// The answer to [`Command::Read`]: the largest token the storage has accepted, if any.
+    ReadAnswer {
+        /// The largest accepted token.
+        highest: Option<Token>,
+    },
+    /// The client's timer fired. The environment has no clock the client could trust: a timer
+    /// fires at any moment relative to the lease's expiry.
+    Timer,
+}
+
+/// What a client can ask for.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Command {
+    /// Ask the lock service for the lease.
+    Acquire,
+    /// Ask the lock service to extend this lease.
+    Renew(Grant),
+    /// Ask the lock service whether this lease is still live (the check before a write).
+    CheckLease(Grant),
+    /// Write to the storage under this lease, sending its token (the fenced write).
+    Write(Grant),
+    /// Write to the storage under this lease without its token: the storage cannot fence it.
+    WriteUnfenced(Grant),
+    /// Ask the storage for the largest token it has accepted.
+    Read,
+    /// Give the lease back.
+    Release(Grant),
+    /// Set the client's timer (one per client; setting it again keeps one).
+    SetTimer,
+}
+
+/// The commands a client issues in one step, in order.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Commands(Vec<Command>);
+
+impl Commands {
+    /// No commands.
+    pub fn new() -> Commands {
+        Commands(Vec::new())
+    }
+
+    /// Asks for the lease.
+    pub fn acquire(&mut self) {
+        self.0.push(Command::Acquire);
+    }
+
+    /// Asks to extend `grant`'s lease.
+    pub fn renew(&mut self, grant: &Grant) {
+        self.0.push(Command::Renew(*grant));
+    }
+
+    /// Asks whether `grant`'s lease is still live.
+    pub fn check_lease(&mut self, grant: &Grant) {
+        self.0.push(Command::CheckLease(*grant));
+    }
+
+    /// Writes under `grant` with its token.
+    pub fn write(&mut self, grant: &Grant) {
+        self.0.push(Command::Write(*grant));
+    }
+
+    /// Writes under `grant` without its token.
+    pub fn write_unfenced(&mut self, grant: &Grant) {
+        self.0.push(Command::WriteUnfenced(*grant));
+    }
+
+    /// Reads the storage's largest accepted token.
+    pub fn read(&mut self) {
+        self.0.push(Command::Read);
+    }
+
+    /// Releases `grant`'s lease.
+    pub fn release(&mut self, grant: &Grant) {
+        self.0.push(Command::Release(*grant));
+    }
+
+    /// Sets the timer.
+    pub fn set_timer(&mut self) {
+        self.0.push(Command::SetTimer);
+    }
+
+    /// Adds any command.
+    pub fn push(&mut self, command: Command) {
+        self.0.push(command);
+    }
+
+    /// The commands issued, in order.
+    pub fn as_slice(&self) -> &[Command] {
+        &self.0
+    }
+
+    /// Takes the commands out, leaving none.
+    pub(crate) fn take(&mut self) -> Vec<Command> {
+        std::mem::take(&mut self.0)
+    }
+}
+
+/// One instance of your program, as a sans-IO state machine: what it does when it starts and when
+/// something happens, and what it believes.
+///
+/// The checker runs several instances of the same `Client` value, so the instances are
+/// interchangeable: the state must not hold the instance's identity (symmetry reduction relies on
+/// it). The state must be finite in practice: a counter that grows forever makes the check run
+/// into its state bound ([`Environment::max_states`]) and report that it did.
+pub trait Client: Clone + Debug + Send + Sync + 'static {
+    /// The instance's state: your own type. `Ord` lets the checker put interchangeable instances
+    /// in a canonical order.
+    type State: Clone + Debug + Eq + Hash + Ord + Send + Sync + 'static;
+
+    /// The instance starts: its first commands and state.
+    fn start(&self, out: &mut Commands) -> Self::State;
+
+    /// Something happened: the next state and commands, or `None` when the event changes nothing
+    /// (and no command may be issued then).
+    fn on_event(
+        &self,
+        state: &Self::State,
+        event: &Event,
+        out: &mut Commands,
+    ) -> Option<Self::State>;
+
+    /// Whether the instance believes it holds the lease in `state` (`single_believer`).
+    fn holds(&self, state: &Self::State) -> bool;
+
+    /// Whether the instance is done in `state` (`clients_finish`).
+    fn finished(&self, state: &Self::State) -> bool;
+
+    /// The lease under which the instance's work is running in `state`, if it is
+    /// (`work_stopped_before_successor`). By default, the work runs exactly while the instance
+    /// believes it holds the lease, and nothing names the lease: override it to check that work
+    /// stops before a later lease is granted.
+    fn working_under(&self, state: &Self::State) -> Option<Grant> {
+        let _ = state;
+        None
+    }
+
+    /// Tells a step of a counterexample in your words: `me` is the instance's name (`client-0`),
+    /// `event` what it was told, `before` and `after` its states, `sent` what it issued. `None`
+    /// keeps the environment's own telling.
+    fn narrate(
+        &self,
+        me: &str,
+        event: &Event,
+        before: &Self::State,
+        after: &Self::State,
+        sent: &[Command],
+    ) -> Option<String> {
+        let _ = (me, event, before, after, sent);
+        None
+    }
+}

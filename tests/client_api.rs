@@ -1,0 +1,486 @@
+//! The public client API (`fencecheck::client`): clients written with it meet the catalog's world.
+//!
+//! The catalog's `ttl-only` and `fenced` models, re-expressed as a client of the public API, give
+//! the same state counts, verdicts and counterexample lengths as the built-in models; the
+//! `check-before-write` mistake written as a client is caught as the catalog catches it; each
+//! built-in property is shown violated by a client that breaks it; bad use gets a clear error.
+
+use fencecheck::check::{find_model, ModelRun, Options, Params, Verdict};
+use fencecheck::client::{
+    try_verify, verify, Busy, Client, Commands, Environment, EnvironmentError, Event, Grant,
+};
+use fencecheck::protocol::FencePolicy;
+
+/// The catalog's writer, written with the public API only: asks for the lease, makes `writes`
+/// writes with its token one at a time, releases; a rejected write means the lease is lost.
+#[derive(Clone, Debug)]
+struct Writer {
+    writes: u8,
+    retries: u8,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum WriterState {
+    Acquiring { left: u8, retries: u8 },
+    Holding { grant: Grant, left: u8, retries: u8 },
+    Done,
+}
+
+impl Client for Writer {
+    type State = WriterState;
+
+    fn start(&self, out: &mut Commands) -> WriterState {
+        out.acquire();
+        WriterState::Acquiring {
+            left: self.writes,
+            retries: self.retries,
+        }
+    }
+
+    fn on_event(
+        &self,
+        state: &WriterState,
+        event: &Event,
+        out: &mut Commands,
+    ) -> Option<WriterState> {
+        use WriterState::*;
+        match (state, event) {
+            (Acquiring { left, retries }, Event::Granted(grant)) => {
+                out.write(grant);
+                Some(Holding {
+                    grant: *grant,
+                    left: *left,
+                    retries: *retries,
+                })
+            }
+            (
+                Holding {
+                    grant,
+                    left,
+                    retries,
+                },
+                Event::WriteAccepted { .. },
+            ) if *left > 1 => {
+                out.write(grant);
+                Some(Holding {
+                    grant: *grant,
+                    left: left - 1,
+                    retries: *retries,
+                })
+            }
+            (Holding { grant, .. }, Event::WriteAccepted { .. }) => {
+                out.release(grant);
+                Some(Done)
+            }
+            (Holding { left, retries, .. }, Event::WriteRejected { .. })
+                if *left > 1 && *retries > 0 =>
+            {
+                out.acquire();
+                Some(Acquiring {
+                    left: left - 1,
+                    retries: retries - 1,
+                })
+            }
+            (Holding { .. }, Event::WriteRejected { .. }) => Some(Done),
+            _ => None,
+        }
+    }
+
+    fn holds(&self, state: &WriterState) -> bool {
+        matches!(state, WriterState::Holding { .. })
+    }
+
+    fn finished(&self, state: &WriterState) -> bool {
+        *state == WriterState::Done
+    }
+}
+
+fn catalog_run(model: &str, p: Params) -> ModelRun {
+    let entry = find_model(model).expect("in the catalog");
+    (entry.check)(&p, &Options::default(), &mut |_| {}).expect("checks")
+}
+
+fn steps(run: &ModelRun, property: &str) -> Option<usize> {
+    let p = run.properties.iter().find(|p| p.property == property)?;
+    p.counterexample.as_ref().map(|cx| cx.steps.len())
+}
+
+/// The same states, verdicts and counterexample lengths as the built-in models, at several sizes.
+#[test]
+fn ttl_only_and_fenced_re_expressed_match_the_catalog() {
+    let shared = [
+        "storage_in_lease_order",
+        "single_believer",
+        "tokens_increase",
+        "write_accepted",
+        "lease_regranted",
+        "stale_write_rejected",
+    ];
+    for (model, policy) in [
+        ("ttl-only", FencePolicy::AcceptAll),
+        ("fenced", FencePolicy::Fenced),
+    ] {
+        for (clients, writes, retries) in [(2, 1, 0), (3, 2, 0), (3, 2, 1), (4, 1, 0)] {
+            let built_in = catalog_run(model, Params::sized(clients, writes, retries));
+            let env = Environment::new(Writer { writes, retries })
+                .instances(clients)
+                .storage(policy);
+            let ours = verify(env);
+            let at = format!("{model} at {clients}x{writes} retries {retries}");
+            assert_eq!(ours.states(), built_in.states, "{at}: states");
+            let mut compared = 0;
+            for name in shared {
+                // Not every built-in model declares every shared property (ttl-only has no
+                // tokens_increase).
+                let Some(theirs) = built_in.properties.iter().find(|p| p.property == name) else {
+                    continue;
+                };
+                compared += 1;
+                assert_eq!(ours.verdict(name).unwrap(), theirs.verdict, "{at}: {name}");
+                assert_eq!(
+                    ours.counterexample(name).map(|cx| cx.steps.len()),
+                    steps(&built_in, name),
+                    "{at}: {name} counterexample length"
+                );
+            }
+            assert!(compared >= 5, "{at}: only {compared} properties compared");
+        }
+    }
+}
+
+/// One job under the lease, done the way a habit says: the check-before-write mistake, the
+/// forgotten token, a refusal taken as the end.
+#[derive(Clone, Debug)]
+enum OneJob {
+    /// Checks that the lease is live, then writes with the token.
+    CheckThenWrite,
+    /// Writes without the token: the fence cannot help.
+    ForgetsToken,
+    /// Writes with the token, but a refusal leaves it stuck: it neither retries nor finishes.
+    StuckWhenRefused,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum JobState {
+    Waiting,
+    Checking(Grant),
+    Writing(Grant),
+    Done,
+    Stuck,
+}
+
+impl Client for OneJob {
+    type State = JobState;
+
+    fn start(&self, out: &mut Commands) -> JobState {
+        out.acquire();
+        JobState::Waiting
+    }
+
+    fn on_event(&self, state: &JobState, event: &Event, out: &mut Commands) -> Option<JobState> {
+        match (state, event) {
+            (JobState::Waiting, Event::Granted(grant)) => match self {
+                OneJob::CheckThenWrite => {
+                    out.check_lease(grant);
+                    Some(JobState::Checking(*grant))
+                }
+                OneJob::ForgetsToken => {
+                    out.write_unfenced(grant);
+                    Some(JobState::Writing(*grant))
+                }
+                OneJob::StuckWhenRefused => {
+                    out.write(grant);
+                    Some(JobState::Writing(*grant))
+                }
+            },
+            (JobState::Waiting, Event::Refused) => Some(JobState::Stuck),
+            (JobState::Checking(grant), Event::LeaseStatus { live: true, .. }) => {
+                out.write(grant);
+                Some(JobState::Writing(*grant))
+            }
+            (JobState::Checking(_), Event::LeaseStatus { live: false, .. }) => Some(JobState::Done),
+            (JobState::Writing(grant), Event::WriteAccepted { .. }) => {
+                out.release(grant);
+                Some(JobState::Done)
+            }
+            (JobState::Writing(_), Event::WriteRejected { .. }) => Some(JobState::Done),
+            _ => None,
+        }
+    }
+
+    fn holds(&self, state: &JobState) -> bool {
+        matches!(state, JobState::Checking(_) | JobState::Writing(_))
+    }
+
+    fn finished(&self, state: &JobState) -> bool {
+        *state == JobState::Done
+    }
+
+    fn working_under(&self, state: &JobState) -> Option<Grant> {
+        match state {
+            JobState::Writing(grant) => Some(*grant),
+            _ => None,
+        }
+    }
+
+    fn narrate(
+        &self,
+        me: &str,
+        event: &Event,
+        _before: &JobState,
+        _after: &JobState,
+        _sent: &[fencecheck::client::Command],
+    ) -> Option<String> {
+        match (self, event) {
+            (OneJob::ForgetsToken, Event::Granted(g)) => {
+                Some(format!("{me} starts the job under lease {}", g.token()))
+            }
+            _ => None,
+        }
+    }
+}
+/// The catalog's check-before-write model stores a late write at the accept-all storage and not at
+/// the fenced one; the same mistake written as a client gets the same two verdicts.
+#[test]
+fn check_before_write_re_expressed_gets_the_catalogs_verdicts() {
+    let built_in = catalog_run("check-before-write", Params::sized(2, 1, 0));
+    let verdict = |name: &str| {
+        built_in
+            .properties
+            .iter()
+            .find(|p| p.property == name)
+            .expect("declared")
+            .verdict
+    };
+    let plain = verify(
+        Environment::new(OneJob::CheckThenWrite)
+            .storage(FencePolicy::AcceptAll)
+            .named("check-then-write"),
+    );
+    assert_eq!(
+        plain.verdict("storage_in_lease_order").unwrap(),
+        verdict("storage_in_lease_order")
+    );
+    let cx = plain
+        .counterexample("storage_in_lease_order")
+        .expect("violated");
+    let text: Vec<&str> = cx.steps.iter().map(|s| s.text.as_str()).collect();
+    assert_eq!(
+        text,
+        [
+            "client-0 acquires the lease (token 1)",
+            "client-0 is granted the lease (token 1), asks whether its lease (token 1) is live",
+            "client-0 checks its lease (token 1): live",
+            "client-0 is told its lease (token 1) is live, sends a write with token 1",
+            "the lease of client-0 (token 1) expires",
+            "client-1 acquires the lease (token 2)",
+            "client-1 is granted the lease (token 2), asks whether its lease (token 2) is live",
+            "client-1 checks its lease (token 2): live",
+            "client-1 is told its lease (token 2) is live, sends a write with token 2",
+            "client-1 writes with token 2: accepted",
+            "client-0 writes with token 1: accepted",
+        ],
+        "the shortest counterexample: the check passes, the write waits, the lease moves on"
+    );
+    let fenced = verify(Environment::new(OneJob::CheckThenWrite).named("check-then-write"));
+    assert_eq!(
+        fenced.verdict("storage_in_lease_order").unwrap(),
+        verdict("fenced_storage_in_lease_order")
+    );
+    fenced.expect_holds("storage_in_lease_order");
+    fenced.expect_holds("stale_write_rejected");
+}
+
+/// Negative controls: each built-in property is violated by a client that breaks it, under a
+/// fenced storage.
+#[test]
+fn a_forgotten_token_and_work_past_the_lease_are_caught() {
+    let report = verify(Environment::new(OneJob::ForgetsToken));
+    let cx = report
+        .expect_violated("storage_in_lease_order")
+        .expect("an always property has a counterexample");
+    assert!(
+        cx.steps
+            .iter()
+            .any(|s| s.text == "client-0 starts the job under lease 1"),
+        "the client's own narration is used: {cx:?}"
+    );
+    assert!(cx
+        .steps
+        .iter()
+        .any(|s| s.text.contains("writes without a token")));
+    report.expect_violated("work_stopped_before_successor");
+    report.expect_violated("single_believer");
+    report.expect_holds("tokens_increase");
+    report.expect_holds("clients_finish");
+    // The fenced writer keeps the storage in order where the token is sent.
+    verify(Environment::new(Writer {
+        writes: 1,
+        retries: 0,
+    }))
+    .expect_holds("storage_in_lease_order");
+}
+
+/// The panic a test shows: the property, the sizes and the counterexample, step by step.
+#[test]
+fn expect_holds_panics_with_the_counterexample() {
+    let report = verify(Environment::new(OneJob::ForgetsToken).named("forgets-token"));
+    let message = std::panic::catch_unwind(|| {
+        report.expect_holds("storage_in_lease_order");
+    })
+    .expect_err("violated");
+    let message = message.downcast_ref::<String>().expect("a formatted panic");
+    assert!(
+        message.starts_with("forgets-token: property storage_in_lease_order is violated"),
+        "{message}"
+    );
+    assert!(message.contains("shortest counterexample, "), "{message}");
+    assert!(
+        message.contains("1. client-0 -> lock-service: client-0 acquires the lease (token 1)"),
+        "{message}"
+    );
+}
+
+#[test]
+fn a_client_stuck_after_a_refusal_violates_clients_finish() {
+    let waits = verify(Environment::new(OneJob::StuckWhenRefused));
+    waits.expect_holds("clients_finish");
+    let refused = verify(Environment::new(OneJob::StuckWhenRefused).busy(Busy::Refuse));
+    let cx = refused.expect_violated("clients_finish").expect("a path");
+    assert!(
+        cx.steps
+            .iter()
+            .any(|s| s.text.contains("is told the lease is held")),
+        "{cx:?}"
+    );
+}
+
+/// Counts its timer's firings: the state never repeats, so the space never closes.
+#[derive(Clone, Debug)]
+struct CountsForever;
+
+impl Client for CountsForever {
+    type State = u64;
+
+    fn start(&self, out: &mut Commands) -> u64 {
+        out.set_timer();
+        0
+    }
+
+    fn on_event(&self, n: &u64, event: &Event, out: &mut Commands) -> Option<u64> {
+        match event {
+            Event::Timer => {
+                out.set_timer();
+                Some(n + 1)
+            }
+            _ => None,
+        }
+    }
+
+    fn holds(&self, _: &u64) -> bool {
+        false
+    }
+
+    fn finished(&self, _: &u64) -> bool {
+        false
+    }
+}
+
+#[test]
+fn bad_use_gets_a_clear_error_not_a_hang() {
+    let none = try_verify(
+        Environment::new(Writer {
+            writes: 1,
+            retries: 0,
+        })
+        .instances(0),
+    );
+    assert_eq!(none.unwrap_err(), EnvironmentError::NoInstances);
+    assert_eq!(
+        EnvironmentError::NoInstances.to_string(),
+        "an environment needs at least 1 instance of the client; got 0"
+    );
+
+    let forever = try_verify(
+        Environment::new(CountsForever)
+            .max_states(20_000)
+            .named("counter"),
+    );
+    let err = forever.unwrap_err();
+    assert_eq!(
+        err,
+        EnvironmentError::Unbounded {
+            name: "counter",
+            bound: 20_000
+        }
+    );
+    assert!(err
+        .to_string()
+        .contains("stopped at its bound of 20000 states"));
+
+    let taken = try_verify(
+        Environment::new(Writer {
+            writes: 1,
+            retries: 0,
+        })
+        .always("single_believer", |_| true),
+    );
+    assert_eq!(
+        taken.unwrap_err(),
+        EnvironmentError::DuplicateProperty("single_believer")
+    );
+
+    let report = verify(Environment::new(Writer {
+        writes: 1,
+        retries: 0,
+    }));
+    let unknown = report.verdict("storage_in_order").unwrap_err();
+    assert!(
+        unknown
+            .to_string()
+            .starts_with("unknown property \"storage_in_order\"; this environment checks: storage_in_lease_order, "),
+        "{unknown}"
+    );
+    let panic = std::panic::catch_unwind(|| {
+        report.expect_holds("storage_in_order");
+    })
+    .expect_err("an unknown name panics");
+    assert!(panic
+        .downcast_ref::<String>()
+        .is_some_and(|m| m.contains("unknown property")));
+}
+
+/// Properties of the user's own, `always` and `sometimes`, over every instance's state.
+#[test]
+fn predicates_of_your_own_are_checked() {
+    let report = verify(
+        Environment::new(Writer {
+            writes: 1,
+            retries: 0,
+        })
+        .instances(3)
+        .always("never_all_done_while_one_holds", |states| {
+            !(states
+                .iter()
+                .any(|s| matches!(s, WriterState::Holding { .. }))
+                && states.iter().all(|s| **s == WriterState::Done))
+        })
+        .always("at_most_one_done", |states| {
+            states.iter().filter(|s| ***s == WriterState::Done).count() <= 1
+        })
+        .sometimes("all_done", |states| {
+            states.iter().all(|s| **s == WriterState::Done)
+        })
+        .sometimes("four_done", |states| states.len() == 4),
+    );
+    report.expect_holds("never_all_done_while_one_holds");
+    let cx = report.expect_violated("at_most_one_done").expect("a path");
+    assert!(
+        cx.steps.len() >= 4,
+        "two clients must each be granted and write"
+    );
+    report.expect_holds("all_done");
+    report.expect_violated("four_done");
+    assert_eq!(report.verdict("all_done").unwrap(), Verdict::Holds);
+    assert!(report.summary().contains("at_most_one_done"));
+}
