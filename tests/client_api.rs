@@ -313,6 +313,8 @@ fn a_forgotten_token_and_work_past_the_lease_are_caught() {
     report.expect_violated("single_believer");
     report.expect_holds("tokens_increase");
     report.expect_holds("clients_finish");
+    // The companions say the properties were not vacuous.
+    report.expect_holds("work_ran").expect_holds("lease_held");
     // The fenced writer keeps the storage in order where the token is sent.
     verify(Environment::new(Writer {
         writes: 1,
@@ -481,6 +483,10 @@ fn predicates_of_your_own_are_checked() {
     );
     report.expect_holds("all_done");
     report.expect_violated("four_done");
+    // The writer says nothing of its work: work_stopped_before_successor holds vacuously, and
+    // its companion says so.
+    report.expect_holds("work_stopped_before_successor");
+    report.expect_violated("work_ran");
     assert_eq!(report.verdict("all_done").unwrap(), Verdict::Holds);
     assert!(report.summary().contains("at_most_one_done"));
 }

@@ -80,7 +80,7 @@ end
 return {held}
 ";
 
-    /// Publishes ARGV[2] iff the lease is still ARGV[1] (`token:owner`), stored after that value
+    /// Publishes `ARGV[2]` iff the lease is still `ARGV[1]` (`token:owner`), stored after that value
     /// and a newline so it is tied to that lease, and expiring with it.
     /// KEYS: lock, published value.
     pub const PUBLISH: &str = r"
@@ -91,7 +91,7 @@ redis.call('SET', KEYS[2], ARGV[1] .. '\n' .. ARGV[2], 'PX', left)
 return 1
 ";
 
-    /// Sets the counter to at least ARGV[1]; returns the counter. KEYS: counter.
+    /// Sets the counter to at least `ARGV[1]`; returns the counter. KEYS: counter.
     pub const RAISE_FLOOR: &str = r"
 local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
 local floor = tonumber(ARGV[1])

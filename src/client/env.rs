@@ -100,7 +100,7 @@ pub enum EnvironmentError {
 }
 
 /// The built-in properties, in the order they are checked and reported.
-pub const BUILT_IN_NAMES: [&str; 8] = [
+pub const BUILT_IN_NAMES: [&str; 10] = [
     "storage_in_lease_order",
     "single_believer",
     "tokens_increase",
@@ -109,6 +109,8 @@ pub const BUILT_IN_NAMES: [&str; 8] = [
     "write_accepted",
     "lease_regranted",
     "stale_write_rejected",
+    "lease_held",
+    "work_ran",
 ];
 
 /// Places instances of a client in the checked world.
@@ -255,6 +257,16 @@ fn work_stopped<C: Client>(m: &World<C>, s: &WorldState<C>) -> bool {
     })
 }
 
+/// `lease_held`: some instance believes it holds the lease.
+fn someone_holds<C: Client>(m: &World<C>, s: &WorldState<C>) -> bool {
+    clients(m, s).any(|(c, state)| c.holds(state))
+}
+
+/// `work_ran`: some instance works under a lease.
+fn someone_works<C: Client>(m: &World<C>, s: &WorldState<C>) -> bool {
+    clients(m, s).any(|(c, state)| c.working_under(state).is_some())
+}
+
 /// `clients_finish`: every instance is done.
 fn all_finished<C: Client>(m: &World<C>, s: &WorldState<C>) -> bool {
     clients(m, s).all(|(c, state)| c.finished(state))
@@ -341,6 +353,18 @@ fn declarations<C: Client>(predicates: &[Predicate<C>]) -> &'static [Declared<Wo
             Expectation::Sometimes,
             "the storage refuses a stale write",
             condition::stale_write_rejected,
+        ),
+        built_in(
+            BUILT_IN_NAMES[8],
+            Expectation::Sometimes,
+            "an instance believes it holds the lease (single_believer is not vacuous)",
+            someone_holds,
+        ),
+        built_in(
+            BUILT_IN_NAMES[9],
+            Expectation::Sometimes,
+            "an instance works under a lease (work_stopped_before_successor is not vacuous)",
+            someone_works,
         ),
     ];
     for (k, p) in predicates.iter().enumerate() {

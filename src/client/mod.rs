@@ -269,9 +269,10 @@ pub trait Client: Clone + Debug + Send + Sync + 'static {
     fn finished(&self, state: &Self::State) -> bool;
 
     /// The lease under which the instance's work is running in `state`, if it is
-    /// (`work_stopped_before_successor`). By default, the work runs exactly while the instance
-    /// believes it holds the lease, and nothing names the lease: override it to check that work
-    /// stops before a later lease is granted.
+    /// (`work_stopped_before_successor`, `work_ran`). By default `None`: nothing is known of the
+    /// work, `work_stopped_before_successor` holds vacuously and its companion `work_ran` says
+    /// so by being violated. Override it to check that the work stops before a later lease is
+    /// granted.
     fn working_under(&self, state: &Self::State) -> Option<Grant> {
         let _ = state;
         None

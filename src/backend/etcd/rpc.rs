@@ -202,7 +202,7 @@ pub struct Compare {
     /// `EQUAL` (0).
     #[prost(int32, tag = "1")]
     pub result: i32,
-    /// [`TARGET_CREATE`].
+    /// What is compared: `CREATE` (1), the key's create revision.
     #[prost(int32, tag = "2")]
     pub target: i32,
     /// The key.
