@@ -19,7 +19,7 @@
 //! properties need.
 
 use super::{Declared, Declares, Mutant, Narrate, Step, Symmetric};
-use crate::client::{Busy, Client, Command, Commands, Event, Grant};
+use crate::client::{Busy, Client, Command, Commands, Event, Grant, LeaseEnd, Service};
 use crate::protocol::{Acquire, Fence, FencePolicy, LeaseOrder, LeaseTable, Token, TokenOrder};
 use stateright::actor::{
     model_timeout, Actor, ActorModel, ActorModelAction, ActorModelState, Id, Network, Out,
@@ -151,6 +151,13 @@ pub enum Msg {
         /// Ghost: its grant.
         epoch: Epoch,
     },
+    /// Lock service to the holder: your lease has ended ([`LeaseEnd::Notified`] only).
+    Expired {
+        /// The lease's token.
+        token: Token,
+        /// Ghost: its grant.
+        epoch: Epoch,
+    },
     /// Client to storage: what is the largest token you have accepted?
     Read,
     /// Storage to client: the largest token it has accepted.
@@ -167,6 +174,8 @@ pub enum Timer {
     LeaseExpiry,
     /// A client's timer fires (clients of the public API only).
     Client,
+    /// The lock service restarts without persistence (once; public API only).
+    Restart,
 }
 
 /// The catalog's client's view of the lease.
@@ -232,8 +241,9 @@ pub enum Node<C = Writer> {
     LockService {
         /// A deliberate bug, for negative controls.
         mutant: Option<Mutant>,
-        /// What it does with a request while the lease is held.
-        busy: Busy,
+        /// How it answers busy requests, whether it tells a holder its lease ended, whether it
+        /// restarts.
+        service: Service,
     },
     /// The storage.
     Storage {
@@ -304,10 +314,15 @@ impl<C: Client> Actor for Node<C> {
 
     fn on_start(&self, _id: Id, _storage: &Option<()>, o: &mut Out<Self>) -> Self::State {
         match self {
-            Node::LockService { .. } => NodeState::LockService {
-                table: LeaseTable::new(),
-                grants: 0,
-            },
+            Node::LockService { service, .. } => {
+                if service.restarts {
+                    o.set_timer(Timer::Restart, model_timeout());
+                }
+                NodeState::LockService {
+                    table: LeaseTable::new(),
+                    grants: 0,
+                }
+            }
             Node::Storage { policy, .. } => NodeState::Storage {
                 fence: Fence::new(*policy),
             },
@@ -322,8 +337,9 @@ impl<C: Client> Actor for Node<C> {
 
     fn on_msg(&self, _id: Id, state: &mut Cow<Self::State>, src: Id, msg: Msg, o: &mut Out<Self>) {
         match (self, &**state) {
-            (Node::LockService { mutant, busy }, NodeState::LockService { table, grants }) => {
-                if let Some((table, grants)) = serve(*mutant, *busy, table, *grants, src, msg, o) {
+            (Node::LockService { mutant, service }, NodeState::LockService { table, grants }) => {
+                let busy = service.busy;
+                if let Some((table, grants)) = serve(*mutant, busy, table, *grants, src, msg, o) {
                     *state.to_mut() = NodeState::LockService { table, grants };
                 }
             }
@@ -346,14 +362,31 @@ impl<C: Client> Actor for Node<C> {
 
     fn on_timeout(&self, _id: Id, state: &mut Cow<Self::State>, timer: &Timer, o: &mut Out<Self>) {
         match (self, &**state, timer) {
-            (_, NodeState::LockService { table, grants }, Timer::LeaseExpiry) => {
+            (
+                Node::LockService { service, .. },
+                NodeState::LockService { table, grants },
+                Timer::LeaseExpiry,
+            ) => {
                 // The live lease runs out: time passes to its deadline, which becomes the new
                 // origin.
-                if let Some(expires_at) = table.holder(NOW).map(|l| l.expires_at) {
+                if let Some(lease) = table.holder(NOW) {
+                    if service.end == LeaseEnd::Notified {
+                        // The live lease is always the latest grant.
+                        let (token, epoch) = (lease.token, *grants);
+                        o.send(lease.owner, Msg::Expired { token, epoch });
+                    }
                     let (mut table, grants) = (table.clone(), *grants);
-                    table.rebase(expires_at);
+                    table.rebase(lease.expires_at);
                     *state.to_mut() = NodeState::LockService { table, grants };
                 }
+            }
+            (_, NodeState::LockService { grants, .. }, Timer::Restart) => {
+                // Restarted without persistence: the lease and the token counter are gone.
+                o.cancel_timer(Timer::LeaseExpiry);
+                *state.to_mut() = NodeState::LockService {
+                    table: LeaseTable::new(),
+                    grants: *grants,
+                };
             }
             (Node::Client(client), NodeState::Client(current), Timer::Client) => {
                 let mut out = Commands::new();
@@ -497,6 +530,7 @@ fn event_of(msg: Msg) -> Option<Event> {
             live,
         },
         Msg::ReadAnswer { highest } => Event::ReadAnswer { highest },
+        Msg::Expired { token, epoch } => Event::LeaseLost(Grant::new(token, epoch)),
         _ => return None,
     })
 }
@@ -798,7 +832,7 @@ impl LeaseServiceCfg {
         let mut model = ActorModel::new(self, Ghost::default())
             .actor(Node::LockService {
                 mutant,
-                busy: Busy::Wait,
+                service: Service::default(),
             })
             .actor(Node::Storage { policy, mutant })
             .actors((0..clients).map(|_| Node::Client(Writer { writes, retries })))
@@ -864,6 +898,7 @@ fn told(event: &Event) -> String {
         Event::ReadAnswer { highest: Some(h) } => format!("reads highest token {h}"),
         Event::ReadAnswer { highest: None } => "reads an empty storage".to_string(),
         Event::Timer => "sees its timer fire".to_string(),
+        Event::LeaseLost(g) => format!("is told its lease (token {}) has ended", g.token()),
     }
 }
 
@@ -1000,6 +1035,11 @@ impl<C: Client, Cfg> Narrate for ActorModel<Node<C>, Cfg, Ghost> {
                 };
                 step(*id, *id, text)
             }
+            ActorModelAction::Timeout(id, Timer::Restart) => step(
+                *id,
+                *id,
+                "the lock service restarts and loses its lease and its token counter".to_string(),
+            ),
             ActorModelAction::Timeout(id, Timer::Client) => {
                 step(*id, *id, client_step(self, before, *id, &Event::Timer))
             }

@@ -8,6 +8,7 @@
 use fencecheck::check::{find_model, ModelRun, Options, Params, Verdict};
 use fencecheck::client::{
     try_verify, verify, Busy, Client, Commands, Environment, EnvironmentError, Event, Grant,
+    LeaseEnd, Service,
 };
 use fencecheck::protocol::FencePolicy;
 
@@ -489,4 +490,104 @@ fn predicates_of_your_own_are_checked() {
     report.expect_violated("work_ran");
     assert_eq!(report.verdict("all_done").unwrap(), Verdict::Holds);
     assert!(report.summary().contains("at_most_one_done"));
+}
+
+/// Writes once with its token; a lease-ended notice makes it stop believing.
+#[derive(Clone, Debug)]
+struct Listens;
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum Heard {
+    Waiting,
+    Writing(Grant),
+    Lost,
+    Done,
+}
+
+impl Client for Listens {
+    type State = Heard;
+
+    fn start(&self, out: &mut Commands) -> Heard {
+        out.acquire();
+        Heard::Waiting
+    }
+
+    fn on_event(&self, state: &Heard, event: &Event, out: &mut Commands) -> Option<Heard> {
+        match (state, event) {
+            (Heard::Waiting, Event::Granted(grant)) => {
+                out.write(grant);
+                Some(Heard::Writing(*grant))
+            }
+            (Heard::Writing(grant), Event::WriteAccepted { .. }) => {
+                out.release(grant);
+                Some(Heard::Done)
+            }
+            (Heard::Writing(_), Event::WriteRejected { .. }) => Some(Heard::Done),
+            (Heard::Writing(_), Event::LeaseLost(_)) => Some(Heard::Lost),
+            (Heard::Lost, Event::WriteAccepted { .. } | Event::WriteRejected { .. }) => {
+                Some(Heard::Done)
+            }
+            _ => None,
+        }
+    }
+
+    fn holds(&self, state: &Heard) -> bool {
+        matches!(state, Heard::Writing(_))
+    }
+
+    fn finished(&self, state: &Heard) -> bool {
+        *state == Heard::Done
+    }
+}
+
+/// On etcd's and ZooKeeper's semantics the holder is told its lease ended, late: the notice is
+/// reached (on Redis's, never), but it does not keep two clients from believing at once.
+#[test]
+fn a_lease_end_notice_arrives_late() {
+    let told = |states: &[&Heard]| states.contains(&&Heard::Lost);
+    let session = verify(
+        Environment::new(Listens)
+            .service(Service::ETCD)
+            .sometimes("told_lease_lost", told),
+    );
+    session.expect_holds("told_lease_lost");
+    session.expect_holds("storage_in_lease_order");
+    let cx = session.expect_violated("single_believer").expect("a path");
+    assert!(
+        cx.steps.iter().all(|s| !s.text.contains("has ended")),
+        "the second holder is granted before the notice is delivered: {cx:?}"
+    );
+    // The control: the same client on Redis's semantics is never told.
+    let silent = verify(
+        Environment::new(Listens)
+            .service(Service::REDIS)
+            .sometimes("told_lease_lost", told),
+    );
+    silent.expect_violated("told_lease_lost");
+    assert_eq!(Service::ZOOKEEPER.end, LeaseEnd::Notified);
+}
+
+/// A lock service restarted without persistence hands out token 1 again: the fence accepts the
+/// equal token from both holders and the older lease's write lands last.
+#[test]
+fn a_restart_without_persistence_breaks_the_tokens() {
+    let writer = Writer {
+        writes: 1,
+        retries: 0,
+    };
+    let restarts = verify(Environment::new(writer.clone()).service_restarts(true));
+    restarts.expect_violated("tokens_increase");
+    let cx = restarts
+        .expect_violated("storage_in_lease_order")
+        .expect("a path");
+    assert!(
+        cx.steps.iter().any(
+            |s| s.text == "the lock service restarts and loses its lease and its token counter"
+        ),
+        "{cx:?}"
+    );
+    // The control: without the restart both hold.
+    verify(Environment::new(writer))
+        .expect_holds("tokens_increase")
+        .expect_holds("storage_in_lease_order");
 }

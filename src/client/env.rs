@@ -20,6 +20,53 @@ pub enum Busy {
     Refuse,
 }
 
+/// What the holder learns when its lease ends.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum LeaseEnd {
+    /// Nothing: the lease runs out on the server's clock and the holder is not told (a Redis key
+    /// with a TTL; the catalog's models).
+    #[default]
+    Silent,
+    /// The holder is sent [`super::Event::LeaseLost`], which may arrive late (an etcd lease whose
+    /// keepalive stream reports it gone, a ZooKeeper session-expired event).
+    Notified,
+}
+
+/// The lock service's semantics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Service {
+    /// What it does with a request while the lease is held.
+    pub busy: Busy,
+    /// Whether the holder is told when its lease ends.
+    pub end: LeaseEnd,
+    /// Whether it may restart (once, at any moment) without persistence, losing the lease and
+    /// its token counter (Redis without an append-only file).
+    pub restarts: bool,
+}
+
+impl Service {
+    /// A Redis key with a TTL (`SET NX PX`): silent expiry; a busy request is refused at once.
+    pub const REDIS: Service = Service {
+        busy: Busy::Refuse,
+        end: LeaseEnd::Silent,
+        restarts: false,
+    };
+    /// An etcd lock on a lease (`etcdctl lock`): a busy request waits in line; the holder learns
+    /// from its keepalive that the lease ended.
+    pub const ETCD: Service = Service {
+        busy: Busy::Wait,
+        end: LeaseEnd::Notified,
+        restarts: false,
+    };
+    /// A ZooKeeper lock of ephemeral sequential nodes: a busy request waits on its predecessor;
+    /// the holder is told when its session expired.
+    pub const ZOOKEEPER: Service = Service {
+        busy: Busy::Wait,
+        end: LeaseEnd::Notified,
+        restarts: false,
+    };
+}
+
 /// The most predicates of your own an environment takes (each is a separate checked property).
 pub const MAX_PREDICATES: usize = 8;
 
@@ -123,7 +170,7 @@ pub struct Environment<C: Client> {
     pub(crate) name: &'static str,
     pub(crate) instances: usize,
     pub(crate) storage: FencePolicy,
-    pub(crate) busy: Busy,
+    pub(crate) service: Service,
     pub(crate) max_states: usize,
     pub(crate) predicates: Vec<Predicate<C>>,
 }
@@ -136,7 +183,7 @@ impl<C: Client> Environment<C> {
             name: "client",
             instances: 2,
             storage: FencePolicy::Fenced,
-            busy: Busy::Wait,
+            service: Service::default(),
             max_states: 2_000_000,
             predicates: Vec::new(),
         }
@@ -163,9 +210,30 @@ impl<C: Client> Environment<C> {
         self
     }
 
+    /// The lock service's semantics: [`Service::REDIS`], [`Service::ETCD`],
+    /// [`Service::ZOOKEEPER`], or your own combination. The default is the catalog's: busy
+    /// requests wait, expiry is silent, no restarts.
+    pub fn service(mut self, service: Service) -> Self {
+        self.service = service;
+        self
+    }
+
     /// What the lock service does with a request while the lease is held.
     pub fn busy(mut self, busy: Busy) -> Self {
-        self.busy = busy;
+        self.service.busy = busy;
+        self
+    }
+
+    /// What the holder learns when its lease ends.
+    pub fn lease_end(mut self, end: LeaseEnd) -> Self {
+        self.service.end = end;
+        self
+    }
+
+    /// Lets the lock service restart once, at any moment, without persistence: the lease and the
+    /// token counter are lost, so tokens start again at 1.
+    pub fn service_restarts(mut self, restarts: bool) -> Self {
+        self.service.restarts = restarts;
         self
     }
 
@@ -231,7 +299,7 @@ impl<C: Client> Environment<C> {
         let mut world = ActorModel::new(cfg, Ghost::default())
             .actor(Node::LockService {
                 mutant: None,
-                busy: self.busy,
+                service: self.service,
             })
             .actor(Node::Storage {
                 policy: self.storage,

@@ -70,7 +70,8 @@ mod env;
 mod verify;
 
 pub use env::{
-    Busy, Environment, EnvironmentError, World, WorldCfg, BUILT_IN_NAMES, MAX_PREDICATES,
+    Busy, Environment, EnvironmentError, LeaseEnd, Service, World, WorldCfg, BUILT_IN_NAMES,
+    MAX_PREDICATES,
 };
 pub use verify::{explain, try_verify, verify, Verification};
 
@@ -146,6 +147,10 @@ pub enum Event {
         /// The largest accepted token.
         highest: Option<Token>,
     },
+    /// The lock service says this lease has ended ([`LeaseEnd::Notified`] only: an etcd lease
+    /// whose keepalive failed, a ZooKeeper session that expired). The notice travels like any
+    /// message: it can arrive late.
+    LeaseLost(Grant),
     /// The client's timer fired. The environment has no clock the client could trust: a timer
     /// fires at any moment relative to the lease's expiry.
     Timer,
