@@ -158,6 +158,21 @@ pub enum Msg {
         /// Ghost: its grant.
         epoch: Epoch,
     },
+    /// Client to storage: apply the job's effect unless it has been applied (an idempotent
+    /// write keyed by the job, such as `INSERT ... ON CONFLICT DO NOTHING`).
+    WriteOnce {
+        /// The lease the writer holds (not compared: for telling the step only).
+        token: Token,
+        /// Ghost: its grant.
+        epoch: Epoch,
+    },
+    /// Storage to client: the write-once found the effect already applied.
+    AlreadyDone {
+        /// The write's lease token.
+        token: Token,
+        /// Ghost: its grant.
+        epoch: Epoch,
+    },
     /// Client to storage: what is the largest token you have accepted?
     Read,
     /// Storage to client: the largest token it has accepted.
@@ -219,6 +234,9 @@ pub enum NodeState<S = ClientState> {
     Storage {
         /// The protocol core's fence.
         fence: Fence,
+        /// Whether a write-once (an idempotent write keyed by the job) has been applied; only
+        /// clients of the public API send one.
+        done: bool,
     },
     /// A client, in its own state type.
     Client(S),
@@ -231,6 +249,9 @@ pub struct Ghost {
     pub tokens: TokenOrder<Token>,
     /// `storage_in_lease_order` over the accepted writes (the library's history checker).
     pub lease_order: LeaseOrder<Epoch>,
+    /// The job's effects stored: every accepted write (`effect_exactly_once`; counted in the
+    /// worlds of the public client API only, 0 in the catalog's models).
+    pub effects: u8,
 }
 
 /// The actors of the model, with clients of type `C` (the catalog's [`Writer`], or a client of
@@ -325,6 +346,7 @@ impl<C: Client> Actor for Node<C> {
             }
             Node::Storage { policy, .. } => NodeState::Storage {
                 fence: Fence::new(*policy),
+                done: false,
             },
             Node::Client(client) => {
                 let mut out = Commands::new();
@@ -343,9 +365,9 @@ impl<C: Client> Actor for Node<C> {
                     *state.to_mut() = NodeState::LockService { table, grants };
                 }
             }
-            (Node::Storage { mutant, .. }, NodeState::Storage { fence }) => {
-                if let Some(fence) = store(*mutant, fence, src, msg, o) {
-                    *state.to_mut() = NodeState::Storage { fence };
+            (Node::Storage { mutant, .. }, NodeState::Storage { fence, done }) => {
+                if let Some((fence, done)) = store(*mutant, fence, *done, src, msg, o) {
+                    *state.to_mut() = NodeState::Storage { fence, done };
                 }
             }
             (Node::Client(client), NodeState::Client(current)) => {
@@ -459,14 +481,16 @@ fn serve<C: Client>(
     }
 }
 
-/// The storage's answer to `msg` from `src`: its next fence, or `None` when nothing changes.
+/// The storage's answer to `msg` from `src`: its next fence and write-once flag, or `None` when
+/// nothing changes.
 fn store<C: Client>(
     mutant: Option<Mutant>,
     fence: &Fence,
+    done: bool,
     src: Id,
     msg: Msg,
     o: &mut Out<Node<C>>,
-) -> Option<Fence> {
+) -> Option<(Fence, bool)> {
     let mut fence = fence.clone();
     match msg {
         Msg::Write { token, epoch } => {
@@ -485,7 +509,16 @@ fn store<C: Client>(
                     },
                 ),
             }
-            Some(fence)
+            Some((fence, done))
+        }
+        // Applied once: every later write-once is answered "already done", whatever its token.
+        Msg::WriteOnce { token, epoch } if done => {
+            o.send(src, Msg::AlreadyDone { token, epoch });
+            None
+        }
+        Msg::WriteOnce { token, epoch } => {
+            o.send(src, Msg::Accepted { token, epoch });
+            Some((fence, true))
         }
         // A write without a token passes any fence: there is nothing to compare.
         Msg::WriteUnfenced { token, epoch } => {
@@ -531,6 +564,9 @@ fn event_of(msg: Msg) -> Option<Event> {
         },
         Msg::ReadAnswer { highest } => Event::ReadAnswer { highest },
         Msg::Expired { token, epoch } => Event::LeaseLost(Grant::new(token, epoch)),
+        Msg::AlreadyDone { token, epoch } => Event::AlreadyDone {
+            grant: Grant::new(token, epoch),
+        },
         _ => return None,
     })
 }
@@ -564,6 +600,13 @@ fn issue<C: Client>(mut out: Commands, o: &mut Out<Node<C>>) {
             Command::WriteUnfenced(g) => o.send(
                 storage(),
                 Msg::WriteUnfenced {
+                    token: g.token(),
+                    epoch: g.epoch(),
+                },
+            ),
+            Command::WriteOnce(g) => o.send(
+                storage(),
+                Msg::WriteOnce {
                     token: g.token(),
                     epoch: g.epoch(),
                 },
@@ -899,6 +942,10 @@ fn told(event: &Event) -> String {
         Event::ReadAnswer { highest: None } => "reads an empty storage".to_string(),
         Event::Timer => "sees its timer fire".to_string(),
         Event::LeaseLost(g) => format!("is told its lease (token {}) has ended", g.token()),
+        Event::AlreadyDone { grant } => format!(
+            "learns its write-once (lease {}) found the job already done",
+            grant.token()
+        ),
     }
 }
 
@@ -910,6 +957,7 @@ fn asked(command: &Command) -> String {
         Command::CheckLease(g) => format!("asks whether its lease (token {}) is live", g.token()),
         Command::Write(g) => format!("sends a write with token {}", g.token()),
         Command::WriteUnfenced(_) => "sends a write without a token".to_string(),
+        Command::WriteOnce(g) => format!("sends a write-once (lease {})", g.token()),
         Command::Read => "reads the storage".to_string(),
         Command::Release(g) => format!("releases the lease (token {})", g.token()),
         Command::SetTimer => "sets its timer".to_string(),
@@ -1015,6 +1063,17 @@ impl<C: Client, Cfg> Narrate for ActorModel<Node<C>, Cfg, Ghost> {
                         )
                     }
                     Msg::Read => step(*src, *dst, format!("{who} reads the storage")),
+                    Msg::WriteOnce { token, .. } => {
+                        let verdict = match reply() {
+                            Some(Msg::Accepted { .. }) => "applied",
+                            _ => "already done",
+                        };
+                        step(
+                            *src,
+                            *dst,
+                            format!("{who} writes once (under its lease {token}): {verdict}"),
+                        )
+                    }
                     reply => {
                         let text = match event_of(reply.clone()) {
                             Some(event) => client_step(self, before, *dst, &event),

@@ -444,6 +444,13 @@ fn bad_use_gets_a_clear_error_not_a_hang() {
             .starts_with("unknown property \"storage_in_order\"; this environment checks: storage_in_lease_order, "),
         "{unknown}"
     );
+    let not_counted = report.verdict("effect_exactly_once").unwrap_err();
+    assert!(
+        not_counted.to_string().starts_with(
+            "unknown property \"effect_exactly_once\" (Environment::count_effects adds it)"
+        ),
+        "{not_counted}"
+    );
     let panic = std::panic::catch_unwind(|| {
         report.expect_holds("storage_in_order");
     })

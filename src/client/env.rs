@@ -3,11 +3,11 @@
 
 use super::Client;
 use crate::models::lease_service::{
-    clients, condition, grants, record_out, Ghost, Node, WorldState,
+    clients, condition, grants, record_out, Ghost, Msg, Node, WorldState,
 };
 use crate::models::{meaning, Declared, Declares, Expect};
 use crate::protocol::FencePolicy;
-use stateright::actor::{ActorModel, Network};
+use stateright::actor::{ActorModel, Envelope, Network};
 use stateright::Expectation;
 
 /// What the lock service does with a request for the lease while someone holds it.
@@ -124,10 +124,12 @@ pub enum EnvironmentError {
     #[error("at most {MAX_PREDICATES} predicates of your own can be checked; got {0}")]
     TooManyPredicates(usize),
     /// A property asked about is not one this environment checks.
-    #[error("unknown property {name:?}; this environment checks: {known}")]
+    #[error("unknown property {name:?}{hint}; this environment checks: {known}")]
     UnknownProperty {
         /// The name asked for.
         name: String,
+        /// How to add it, when it can be added.
+        hint: &'static str,
         /// The properties it checks, comma-separated.
         known: String,
     },
@@ -160,6 +162,9 @@ pub const BUILT_IN_NAMES: [&str; 10] = [
     "work_ran",
 ];
 
+/// The property [`Environment::count_effects`] adds.
+pub const EFFECT_EXACTLY_ONCE: &str = "effect_exactly_once";
+
 /// Places instances of a client in the checked world.
 ///
 /// By default: 2 instances, storage fenced by the core's fencing rule, a lock service whose busy
@@ -171,6 +176,7 @@ pub struct Environment<C: Client> {
     pub(crate) instances: usize,
     pub(crate) storage: FencePolicy,
     pub(crate) service: Service,
+    pub(crate) effects: bool,
     pub(crate) max_states: usize,
     pub(crate) predicates: Vec<Predicate<C>>,
 }
@@ -184,6 +190,7 @@ impl<C: Client> Environment<C> {
             instances: 2,
             storage: FencePolicy::Fenced,
             service: Service::default(),
+            effects: false,
             max_states: 2_000_000,
             predicates: Vec::new(),
         }
@@ -237,6 +244,16 @@ impl<C: Client> Environment<C> {
         self
     }
 
+    /// Counts every write the storage accepts as the job's effect and checks
+    /// `effect_exactly_once`: at most one effect is stored (`write_accepted` shows one is). The
+    /// count is part of the state, so the space grows; without this call the property is not
+    /// checked. For a job whose effect is one write: the report of the night, the charge of the
+    /// order.
+    pub fn count_effects(mut self) -> Self {
+        self.effects = true;
+        self
+    }
+
     /// The most states the check explores (2,000,000 by default). A search that reaches it ends
     /// with [`EnvironmentError::Unbounded`] instead of verdicts.
     pub fn max_states(mut self, n: usize) -> Self {
@@ -271,6 +288,7 @@ impl<C: Client> Environment<C> {
         BUILT_IN_NAMES
             .iter()
             .copied()
+            .chain(self.effects.then_some(EFFECT_EXACTLY_ONCE))
             .chain(self.predicates.iter().map(|p| p.name))
             .collect()
     }
@@ -285,12 +303,13 @@ impl<C: Client> Environment<C> {
         }
         for (i, p) in self.predicates.iter().enumerate() {
             let taken = BUILT_IN_NAMES.contains(&p.name)
+                || p.name == EFFECT_EXACTLY_ONCE
                 || self.predicates[..i].iter().any(|q| q.name == p.name);
             if taken {
                 return Err(EnvironmentError::DuplicateProperty(p.name));
             }
         }
-        let declarations = declarations(&self.predicates);
+        let declarations = declarations(&self.predicates, self.effects);
         let cfg = WorldCfg {
             name: self.name,
             predicates: self.predicates.clone(),
@@ -307,7 +326,11 @@ impl<C: Client> Environment<C> {
             })
             .actors((0..self.instances).map(|_| Node::Client(self.client.clone())))
             .init_network(Network::new_unordered_nonduplicating([]))
-            .record_msg_out(record_out);
+            .record_msg_out(if self.effects {
+                record_effects
+            } else {
+                record_out
+            });
         for d in declarations {
             world = world.property(d.kind.clone(), d.name, d.condition);
         }
@@ -323,6 +346,28 @@ fn work_stopped<C: Client>(m: &World<C>, s: &WorldState<C>) -> bool {
         c.working_under(state)
             .is_none_or(|grant| grant.epoch() >= granted)
     })
+}
+
+/// `effect_exactly_once`: at most one of the job's effects is stored (with `write_accepted`, at
+/// least one is).
+fn at_most_one_effect<C: Client>(_: &World<C>, s: &WorldState<C>) -> bool {
+    s.history.effects <= 1
+}
+
+/// Records the ghost history as the catalog does, and counts the effects stored.
+fn record_effects<C: Client>(
+    cfg: &WorldCfg<C>,
+    ghost: &Ghost,
+    env: Envelope<&Msg>,
+) -> Option<Ghost> {
+    let effect = matches!(env.msg, Msg::Accepted { .. });
+    let recorded = record_out(cfg, ghost, env);
+    if !effect {
+        return recorded;
+    }
+    let mut next = recorded.unwrap_or_else(|| ghost.clone());
+    next.effects = next.effects.saturating_add(1);
+    Some(next)
 }
 
 /// `lease_held`: some instance believes it holds the lease.
@@ -362,7 +407,10 @@ fn predicate_condition<C: Client>(k: usize) -> fn(&World<C>, &WorldState<C>) -> 
 
 /// Every property of a world, declared once. The declarations live as long as the program (a
 /// world is built a few times per test, and Stateright wants `'static` names).
-fn declarations<C: Client>(predicates: &[Predicate<C>]) -> &'static [Declared<World<C>>] {
+fn declarations<C: Client>(
+    predicates: &[Predicate<C>],
+    effects: bool,
+) -> &'static [Declared<World<C>>] {
     let built_in = |name: &'static str,
                     kind: Expectation,
                     meaning: &'static str,
@@ -435,6 +483,14 @@ fn declarations<C: Client>(predicates: &[Predicate<C>]) -> &'static [Declared<Wo
             someone_works,
         ),
     ];
+    if effects {
+        all.push(built_in(
+            EFFECT_EXACTLY_ONCE,
+            Expectation::Always,
+            "the job's effect is stored at most once (every accepted write is an effect)",
+            at_most_one_effect,
+        ));
+    }
     for (k, p) in predicates.iter().enumerate() {
         all.push(built_in(
             p.name,

@@ -71,7 +71,7 @@ mod verify;
 
 pub use env::{
     Busy, Environment, EnvironmentError, LeaseEnd, Service, World, WorldCfg, BUILT_IN_NAMES,
-    MAX_PREDICATES,
+    EFFECT_EXACTLY_ONCE, MAX_PREDICATES,
 };
 pub use verify::{explain, try_verify, verify, Verification};
 
@@ -142,6 +142,11 @@ pub enum Event {
         /// The largest token the storage has accepted.
         highest: Token,
     },
+    /// The answer to [`Command::WriteOnce`] when the job's effect was already applied.
+    AlreadyDone {
+        /// The lease the write was made under.
+        grant: Grant,
+    },
     /// The answer to [`Command::Read`]: the largest token the storage has accepted, if any.
     ReadAnswer {
         /// The largest accepted token.
@@ -169,6 +174,10 @@ pub enum Command {
     Write(Grant),
     /// Write to the storage under this lease without its token: the storage cannot fence it.
     WriteUnfenced(Grant),
+    /// Apply the job's effect unless it has been applied already: an idempotent write keyed by
+    /// the job (`INSERT ... ON CONFLICT DO NOTHING`), answered with
+    /// [`Event::WriteAccepted`] or [`Event::AlreadyDone`]. The token is not compared.
+    WriteOnce(Grant),
     /// Ask the storage for the largest token it has accepted.
     Read,
     /// Give the lease back.
@@ -210,6 +219,11 @@ impl Commands {
     /// Writes under `grant` without its token.
     pub fn write_unfenced(&mut self, grant: &Grant) {
         self.0.push(Command::WriteUnfenced(*grant));
+    }
+
+    /// Applies the job's effect under `grant` unless it has been applied.
+    pub fn write_once(&mut self, grant: &Grant) {
+        self.0.push(Command::WriteOnce(*grant));
     }
 
     /// Reads the storage's largest accepted token.

@@ -140,6 +140,11 @@ impl Verification {
             .find(|p| p.property == property)
             .ok_or_else(|| EnvironmentError::UnknownProperty {
                 name: property.to_string(),
+                hint: if property == super::EFFECT_EXACTLY_ONCE {
+                    " (Environment::count_effects adds it)"
+                } else {
+                    ""
+                },
                 known: self
                     .run
                     .properties

@@ -6,31 +6,29 @@
 //! `tests/`, which places two instances in fencecheck's world of expiring leases and delayed
 //! messages.
 //!
-//! [`Runner::naive`] makes sure it still holds the lease right before it writes, and writes
+//! [`Guard::CheckLease`] makes sure it still holds the lease right before it writes, and writes
 //! without the token: a pause between the check and the write lets a stale report land after
-//! the next holder's. [`Runner::fenced`] sends the lease's token with the write and lets the
-//! storage refuse an older one.
+//! the next holder's. [`Guard::Token`] sends the lease's token with the write and lets the storage
+//! refuse an older one: the reports stay in lease order, but two instances can each run the job
+//! and store a report. [`Guard::Once`] keys the report by the night, so the second finds it done:
+//! the job's effect is stored once.
 
 use fencecheck::client::{Client, Command, Commands, Event, Grant};
 
+/// How the runner guards the night's report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Guard {
+    /// Asks the lock whether the lease is still its own, then writes without the token.
+    CheckLease,
+    /// Writes with the lease's fencing token; the storage refuses an older one.
+    Token,
+    /// Writes once: the report is keyed by the night, and a second write finds it done.
+    Once,
+}
+
 /// One instance of the runner.
 #[derive(Clone, Copy, Debug)]
-pub struct Runner {
-    /// Whether it writes with the lease's token (else it checks the lease, then writes without).
-    fenced: bool,
-}
-
-impl Runner {
-    /// Checks the lease, then writes the report without the token.
-    pub fn naive() -> Runner {
-        Runner { fenced: false }
-    }
-
-    /// Writes the report with the lease's token.
-    pub fn fenced() -> Runner {
-        Runner { fenced: true }
-    }
-}
+pub struct Runner(pub Guard);
 
 /// Where an instance is in tonight's run.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -55,20 +53,26 @@ impl Client for Runner {
 
     fn on_event(&self, night: &Night, event: &Event, out: &mut Commands) -> Option<Night> {
         match (night, event) {
-            (Night::Waiting, Event::Granted(lease)) if self.fenced => {
-                out.write(lease); // the report, with the lease's token
-                Some(Night::Reporting(*lease))
-            }
-            (Night::Waiting, Event::Granted(lease)) => {
-                out.check_lease(lease); // "do I still hold it?"
-                Some(Night::Checking(*lease))
-            }
+            (Night::Waiting, Event::Granted(lease)) => match self.0 {
+                Guard::CheckLease => {
+                    out.check_lease(lease); // "do I still hold it?"
+                    Some(Night::Checking(*lease))
+                }
+                Guard::Token => {
+                    out.write(lease); // run the job; the report goes with the token
+                    Some(Night::Reporting(*lease))
+                }
+                Guard::Once => {
+                    out.write_once(lease); // run the job; the report is keyed by the night
+                    Some(Night::Reporting(*lease))
+                }
+            },
             (Night::Checking(lease), Event::LeaseStatus { live: true, .. }) => {
                 out.write_unfenced(lease); // yes: run the job, send the report
                 Some(Night::Reporting(*lease))
             }
             (Night::Checking(_), Event::LeaseStatus { live: false, .. }) => Some(Night::Done),
-            (Night::Reporting(lease), Event::WriteAccepted { .. }) => {
+            (Night::Reporting(lease), Event::WriteAccepted { .. } | Event::AlreadyDone { .. }) => {
                 out.release(lease);
                 Some(Night::Done)
             }
@@ -98,10 +102,15 @@ impl Client for Runner {
                 "{me} gets the lease (token {}) and makes sure it still holds it",
                 lease.token()
             ),
-            (Event::Granted(lease), _) => format!(
+            (Event::Granted(lease), [Command::Write(_)]) => format!(
                 "{me} gets the lease (token {}), runs the job, sends the report with the token",
                 lease.token()
             ),
+            (Event::Granted(lease), _) => format!(
+                "{me} gets the lease (token {}), runs the job, sends the night's report",
+                lease.token()
+            ),
+            (Event::AlreadyDone { .. }, _) => format!("{me} hears tonight's report exists"),
             (Event::LeaseStatus { live: true, .. }, _) => {
                 format!("{me} hears the lease is still its own, runs the job, sends the report")
             }

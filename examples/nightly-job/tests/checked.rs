@@ -2,13 +2,14 @@
 //! messages that wait (a paused process).
 
 use fencecheck::client::{explain, Environment};
-use nightly_job::Runner;
+use nightly_job::{Guard, Runner};
 
 /// The naive runner stores a stale report after the next holder's: the check-before-write
 /// counterexample, shortest first.
 #[test]
 fn naive_runner_stores_a_stale_report() {
-    let report = fencecheck::verify(Environment::new(Runner::naive()).named("nightly-job"));
+    let report =
+        fencecheck::verify(Environment::new(Runner(Guard::CheckLease)).named("nightly-job"));
     let failure = std::panic::catch_unwind(|| {
         report.expect_holds("storage_in_lease_order");
     })
@@ -43,7 +44,7 @@ shortest counterexample, 11 steps:
 /// report is refused in some run, and every run ends with both instances done.
 #[test]
 fn fenced_runner_keeps_the_reports_in_order() {
-    let report = fencecheck::verify(Environment::new(Runner::fenced()).named("nightly-job"));
+    let report = fencecheck::verify(Environment::new(Runner(Guard::Token)).named("nightly-job"));
     report
         .expect_holds("storage_in_lease_order")
         .expect_holds("stale_write_rejected")
@@ -52,4 +53,47 @@ fn fenced_runner_keeps_the_reports_in_order() {
     assert_eq!(report.states(), 60, "{}", report.summary());
     // Two instances still believe at once: fencing protects the storage, not the beliefs.
     report.expect_violated("single_believer");
+}
+
+/// Fencing keeps the order, not the count: two instances can each run the job and store a report.
+/// The runner that keys its report by the night stores it once.
+#[test]
+fn only_the_write_once_runner_stores_the_report_once() {
+    let fenced = fencecheck::verify(
+        Environment::new(Runner(Guard::Token))
+            .named("nightly-job")
+            .count_effects(),
+    );
+    assert_eq!(fenced.states(), 65);
+    let cx = fenced
+        .expect_violated("effect_exactly_once")
+        .expect("a path");
+    assert_eq!(cx.steps.len(), 7, "{}", explain(cx));
+    assert_eq!(
+        cx.steps.last().map(|s| s.text.as_str()),
+        Some("client-1 writes with token 2: accepted"),
+        "{}",
+        explain(cx)
+    );
+    let once = fencecheck::verify(
+        Environment::new(Runner(Guard::Once))
+            .named("nightly-job")
+            .count_effects(),
+    );
+    assert_eq!(once.states(), 65);
+    once.expect_holds("effect_exactly_once")
+        .expect_holds("storage_in_lease_order")
+        .expect_holds("write_accepted")
+        .expect_holds("clients_finish");
+    // The naive runner stores the report twice as well.
+    let naive = fencecheck::verify(
+        Environment::new(Runner(Guard::CheckLease))
+            .named("nightly-job")
+            .count_effects(),
+    );
+    assert_eq!(naive.states(), 161);
+    let cx = naive
+        .expect_violated("effect_exactly_once")
+        .expect("a path");
+    assert_eq!(cx.steps.len(), 11, "{}", explain(cx));
 }
