@@ -462,3 +462,35 @@ fn run_faults_on_zookeeper() {
         "zookeeper",
     );
 }
+
+/// Random calls answered like the protocol core's `LeaseTable` (tokens compared by grant order);
+/// a lease taken away is the lock node deleted behind the holder's back. Negative control: a lock
+/// that renews a lost lease is told apart.
+#[test]
+fn zookeeper_lock_answers_like_the_protocol_core() {
+    let Some(zk) = started_or_skip("ZooKeeper differential", ZkCluster::start(1)) else {
+        return;
+    };
+    let connect = zk.connect_string();
+    let raw = std::sync::OnceLock::new();
+    common::lock_diff::differential_with_control(
+        "ZooKeeper",
+        48,
+        async |name| {
+            ZkLock::connect(&connect, name, Duration::from_secs(10))
+                .await
+                .unwrap()
+        },
+        async |name| {
+            if raw.get().is_none() {
+                let client = zookeeper_client::Client::connect(&connect).await.unwrap();
+                let _ = raw.set(client);
+            }
+            let raw = raw.get().expect("connected");
+            let path = format!("/fencecheck/{name}");
+            for node in raw.list_children(&path).await.unwrap() {
+                raw.delete(&format!("{path}/{node}"), None).await.unwrap();
+            }
+        },
+    );
+}

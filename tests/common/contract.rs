@@ -324,11 +324,14 @@ pub async fn election_contract<L: LockService + 'static>(
     wins
 }
 
-/// The negative control for the election contract: on `lock` wrapped in [`BlindCampaign`], two
+/// The negative control for the election contract: on `lock` with [`Flaw::BlindCampaign`], two
 /// candidates both win one term, and `one_leader_per_term` names that term.
 pub async fn blind_campaign_is_caught<L: LockService + 'static>(lock: L) {
     use fencecheck::backend::LeaderElection;
-    let election = LeaderElection::new(std::sync::Arc::new(BlindCampaign(lock)));
+    let election = LeaderElection::new(std::sync::Arc::new(Broken {
+        lock,
+        flaw: Flaw::BlindCampaign,
+    }));
     let a = election.campaign("a", Duration::ZERO).await.unwrap();
     let b = election.campaign("b", Duration::ZERO).await.unwrap();
     let (a, b) = (a.expect("a wins"), b.expect("b wins blindly"));
@@ -337,29 +340,37 @@ pub async fn blind_campaign_is_caught<L: LockService + 'static>(lock: L) {
     assert_eq!(e.term, a.term());
 }
 
-/// A broken lock for the negative control: a busy try-acquire "wins" anyway, with the current
-/// holder's token (a blind campaign).
-pub struct BlindCampaign<L>(pub L);
+/// What a [`Broken`] lock gets wrong.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flaw {
+    /// A busy try-acquire "wins" anyway, with the current holder's token (a blind campaign).
+    BlindCampaign,
+    /// Any renewal succeeds, lost lease or not (a client trusting its own bookkeeping).
+    RenewsAnything,
+}
 
-impl<L: LockService> LockService for BlindCampaign<L> {
+/// A broken lock for the negative controls: `lock` with one [`Flaw`].
+pub struct Broken<L> {
+    /// The real lock underneath.
+    pub lock: L,
+    /// What it gets wrong.
+    pub flaw: Flaw,
+}
+
+impl<L: LockService> LockService for Broken<L> {
     fn ttl(&self) -> Ttl {
-        self.0.ttl()
+        self.lock.ttl()
     }
     async fn try_acquire(
         &self,
         owner: &str,
     ) -> Result<Acquired, fencecheck::backend::BackendError> {
-        match self.0.try_acquire(owner).await? {
-            Acquired::Busy { .. } => {
-                let holder = self.0.holder().await?.expect("busy means held");
-                Ok(Acquired::Granted(Grant {
-                    token: holder.token,
-                    owner: owner.to_string(),
-                    ttl: self.0.ttl().granted(),
-                    sent_at: Instant::now(),
-                }))
+        match self.lock.try_acquire(owner).await? {
+            Acquired::Busy { .. } if self.flaw == Flaw::BlindCampaign => {
+                let holder = self.lock.holder().await?.expect("busy means held");
+                Ok(Acquired::Granted(self.grant(owner, holder.token)))
             }
-            granted => Ok(granted),
+            answer => Ok(answer),
         }
     }
     async fn extend(
@@ -367,12 +378,15 @@ impl<L: LockService> LockService for BlindCampaign<L> {
         owner: &str,
         token: Token,
     ) -> Result<Option<Grant>, fencecheck::backend::BackendError> {
-        self.0.extend(owner, token).await
+        match self.lock.extend(owner, token).await? {
+            None if self.flaw == Flaw::RenewsAnything => Ok(Some(self.grant(owner, token))),
+            answer => Ok(answer),
+        }
     }
     async fn holder(
         &self,
     ) -> Result<Option<fencecheck::backend::Holder>, fencecheck::backend::BackendError> {
-        self.0.holder().await
+        self.lock.holder().await
     }
     async fn publish(
         &self,
@@ -380,14 +394,26 @@ impl<L: LockService> LockService for BlindCampaign<L> {
         token: Token,
         value: &str,
     ) -> Result<bool, fencecheck::backend::BackendError> {
-        self.0.publish(owner, token, value).await
+        self.lock.publish(owner, token, value).await
     }
     async fn release(
         &self,
         owner: &str,
         token: Token,
     ) -> Result<bool, fencecheck::backend::BackendError> {
-        self.0.release(owner, token).await
+        self.lock.release(owner, token).await
+    }
+}
+
+impl<L: LockService> Broken<L> {
+    /// A grant the real lock never made.
+    fn grant(&self, owner: &str, token: Token) -> Grant {
+        Grant {
+            token,
+            owner: owner.to_string(),
+            ttl: self.lock.ttl().granted(),
+            sent_at: Instant::now(),
+        }
     }
 }
 

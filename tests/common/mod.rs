@@ -3,6 +3,7 @@
 
 pub mod contract;
 pub mod faults;
+pub mod lock_diff;
 
 /// The path of example `name`'s binary, built when missing (`cargo test` builds every example,
 /// but a run filtered to one test file does not).
