@@ -47,7 +47,7 @@ pub const FIRST_CLIENT: usize = 2;
 /// A lease lasts one tick of the lock service's logical clock.
 pub const TTL: u64 = 1;
 /// The lock service's logical clock, rebased to 0 at every expiry.
-const NOW: u64 = 0;
+pub const NOW: u64 = 0;
 
 /// The ghost number of a grant: the n-th lease the service granted.
 pub type Epoch = u8;
@@ -361,7 +361,10 @@ impl<C: Client> Actor for Node<C> {
         match (self, &**state) {
             (Node::LockService { mutant, service }, NodeState::LockService { table, grants }) => {
                 let busy = service.busy;
-                if let Some((table, grants)) = serve(*mutant, busy, table, *grants, src, msg, o) {
+                let clock = (NOW, TTL);
+                if let Some((table, grants)) =
+                    serve(*mutant, busy, clock, table, *grants, src, msg, o)
+                {
                     *state.to_mut() = NodeState::LockService { table, grants };
                 }
             }
@@ -422,11 +425,14 @@ impl<C: Client> Actor for Node<C> {
     }
 }
 
-/// The lock service's answer to `msg` from `src`: its next table and grant count, or `None` when
-/// nothing changes.
-fn serve<C: Client>(
+/// The lock service's answer to `msg` from `src` at `now` on its clock, leases lasting `ttl`: its
+/// next table and grant count, or `None` when nothing changes. (The untimed world's clock always
+/// reads [`NOW`] and its leases last [`TTL`].)
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn serve<C: Client>(
     mutant: Option<Mutant>,
     busy: Busy,
+    (now, ttl): (u64, u64),
     table: &LeaseTable<Id>,
     grants: Epoch,
     src: Id,
@@ -437,7 +443,7 @@ fn serve<C: Client>(
     match msg {
         Msg::Acquire => {
             let previous = table.last_token();
-            match table.acquire(src, NOW, TTL) {
+            match table.acquire(src, now, ttl) {
                 Ok(Acquire::Granted(lease)) => {
                     let epoch = grants + 1;
                     let token = match (mutant, previous) {
@@ -466,13 +472,13 @@ fn serve<C: Client>(
         Msg::Renew { token, epoch } => {
             // The lease stays as long as before: time does not pass between expiries, and the
             // expiry may still come at any moment.
-            let ok = table.extend(&src, token, NOW, TTL).is_ok();
+            let ok = table.extend(&src, token, now, ttl).is_ok();
             o.send(src, Msg::Renewed { token, epoch, ok });
             None
         }
         Msg::Check { token, epoch } => {
             let live = table
-                .holder(NOW)
+                .holder(now)
                 .is_some_and(|l| l.owner == src && l.token == token);
             o.send(src, Msg::Status { token, epoch, live });
             None
@@ -483,7 +489,7 @@ fn serve<C: Client>(
 
 /// The storage's answer to `msg` from `src`: its next fence and write-once flag, or `None` when
 /// nothing changes.
-fn store<C: Client>(
+pub(crate) fn store<C: Client>(
     mutant: Option<Mutant>,
     fence: &Fence,
     done: bool,
@@ -539,7 +545,7 @@ fn store<C: Client>(
 }
 
 /// What a message tells a client, if it is one a client receives.
-fn event_of(msg: Msg) -> Option<Event> {
+pub(crate) fn event_of(msg: Msg) -> Option<Event> {
     Some(match msg {
         Msg::Grant { token, epoch } => Event::Granted(Grant::new(token, epoch)),
         Msg::Accepted { token, epoch } => Event::WriteAccepted {
@@ -574,48 +580,57 @@ fn event_of(msg: Msg) -> Option<Event> {
 /// Sends what a client's commands ask for.
 fn issue<C: Client>(mut out: Commands, o: &mut Out<Node<C>>) {
     for command in out.take() {
-        match command {
-            Command::Acquire => o.send(lock_service(), Msg::Acquire),
-            Command::Renew(g) => o.send(
-                lock_service(),
-                Msg::Renew {
-                    token: g.token(),
-                    epoch: g.epoch(),
-                },
-            ),
-            Command::CheckLease(g) => o.send(
-                lock_service(),
-                Msg::Check {
-                    token: g.token(),
-                    epoch: g.epoch(),
-                },
-            ),
-            Command::Write(g) => o.send(
-                storage(),
-                Msg::Write {
-                    token: g.token(),
-                    epoch: g.epoch(),
-                },
-            ),
-            Command::WriteUnfenced(g) => o.send(
-                storage(),
-                Msg::WriteUnfenced {
-                    token: g.token(),
-                    epoch: g.epoch(),
-                },
-            ),
-            Command::WriteOnce(g) => o.send(
-                storage(),
-                Msg::WriteOnce {
-                    token: g.token(),
-                    epoch: g.epoch(),
-                },
-            ),
-            Command::Read => o.send(storage(), Msg::Read),
-            Command::Release(g) => o.send(lock_service(), Msg::Release { token: g.token() }),
-            Command::SetTimer => o.set_timer(Timer::Client, model_timeout()),
+        match message_of(&command) {
+            Some((dst, msg)) => o.send(dst, msg),
+            // A timer fires at any moment in the untimed world, whatever its time.
+            None => o.set_timer(Timer::Client, model_timeout()),
         }
     }
+}
+
+/// The message a command sends and to whom; `None` for a timer.
+pub(crate) fn message_of(command: &Command) -> Option<(Id, Msg)> {
+    Some(match *command {
+        Command::Acquire => (lock_service(), Msg::Acquire),
+        Command::Renew(g) => (
+            lock_service(),
+            Msg::Renew {
+                token: g.token(),
+                epoch: g.epoch(),
+            },
+        ),
+        Command::CheckLease(g) => (
+            lock_service(),
+            Msg::Check {
+                token: g.token(),
+                epoch: g.epoch(),
+            },
+        ),
+        Command::Write(g) => (
+            storage(),
+            Msg::Write {
+                token: g.token(),
+                epoch: g.epoch(),
+            },
+        ),
+        Command::WriteUnfenced(g) => (
+            storage(),
+            Msg::WriteUnfenced {
+                token: g.token(),
+                epoch: g.epoch(),
+            },
+        ),
+        Command::WriteOnce(g) => (
+            storage(),
+            Msg::WriteOnce {
+                token: g.token(),
+                epoch: g.epoch(),
+            },
+        ),
+        Command::Read => (storage(), Msg::Read),
+        Command::Release(g) => (lock_service(), Msg::Release { token: g.token() }),
+        Command::SetTimer | Command::SetTimerAt(_) => return None,
+    })
 }
 
 /// The catalog's client: asks for the lease, makes `writes` writes one at a time with its token,
@@ -914,7 +929,7 @@ fn current_lease<C: Client>(state: &WorldState<C>) -> Option<&crate::protocol::L
 }
 
 /// What a client was told, in the environment's words.
-fn told(event: &Event) -> String {
+pub(crate) fn told(event: &Event) -> String {
     match event {
         Event::Granted(g) => format!("is granted the lease (token {})", g.token()),
         Event::Refused => "is told the lease is held".to_string(),
@@ -950,7 +965,7 @@ fn told(event: &Event) -> String {
 }
 
 /// What a client asked for, in the environment's words.
-fn asked(command: &Command) -> String {
+pub(crate) fn asked(command: &Command) -> String {
     match command {
         Command::Acquire => "asks for the lease".to_string(),
         Command::Renew(g) => format!("renews its lease (token {})", g.token()),
@@ -961,6 +976,7 @@ fn asked(command: &Command) -> String {
         Command::Read => "reads the storage".to_string(),
         Command::Release(g) => format!("releases the lease (token {})", g.token()),
         Command::SetTimer => "sets its timer".to_string(),
+        Command::SetTimerAt(t) => format!("sets its timer for {t} on its clock"),
     }
 }
 

@@ -7,7 +7,7 @@
 
 use fencecheck::check::{find_model, ModelRun, Options, Params, Verdict};
 use fencecheck::client::{
-    try_verify, verify, Busy, Client, Commands, Environment, EnvironmentError, Event, Grant,
+    try_verify, verify, Busy, Client, Clock, Commands, Environment, EnvironmentError, Event, Grant,
     LeaseEnd, Service,
 };
 use fencecheck::protocol::FencePolicy;
@@ -597,4 +597,193 @@ fn a_restart_without_persistence_breaks_the_tokens() {
     verify(Environment::new(writer))
         .expect_holds("tokens_increase")
         .expect_holds("storage_in_lease_order");
+}
+
+/// Checks its lease on its own clock: the lease is its own until `ttl` ticks after it asked
+/// (`from_reply`: after the grant arrived, the bug), minus one tick; its timer then ends the
+/// belief. It writes as soon as it is granted; refused, it asks again.
+#[derive(Clone, Debug)]
+struct OwnClock {
+    ttl: u64,
+    from_reply: bool,
+    fenced: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum Timed {
+    Asking { sent: u64 },
+    Holding { grant: Grant, until: u64 },
+    Over,
+}
+
+impl Client for OwnClock {
+    type State = Timed;
+
+    fn start(&self, out: &mut Commands) -> Timed {
+        out.acquire();
+        Timed::Asking {
+            sent: out.now().expect("a clocked world"),
+        }
+    }
+
+    fn on_event(&self, state: &Timed, event: &Event, out: &mut Commands) -> Option<Timed> {
+        let now = out.now().expect("a clocked world");
+        match (state, event) {
+            (Timed::Asking { sent }, Event::Granted(grant)) => {
+                let from = if self.from_reply { now } else { *sent };
+                let until = from + self.ttl - 1;
+                if now >= until {
+                    return Some(Timed::Over);
+                }
+                if self.fenced {
+                    out.write(grant);
+                } else {
+                    out.write_unfenced(grant);
+                }
+                out.set_timer_at(until);
+                Some(Timed::Holding {
+                    grant: *grant,
+                    until,
+                })
+            }
+            (Timed::Holding { .. }, Event::Timer) => Some(Timed::Over),
+            // Held elsewhere: ask again, counting from this request.
+            (Timed::Asking { .. }, Event::Refused) => {
+                out.acquire();
+                Some(Timed::Asking { sent: now })
+            }
+            _ => None,
+        }
+    }
+
+    fn holds(&self, state: &Timed) -> bool {
+        matches!(state, Timed::Holding { .. })
+    }
+
+    fn finished(&self, state: &Timed) -> bool {
+        *state == Timed::Over
+    }
+
+    fn working_under(&self, state: &Timed) -> Option<Grant> {
+        match state {
+            Timed::Holding { grant, .. } => Some(*grant),
+            _ => None,
+        }
+    }
+}
+
+fn clocked(client: OwnClock, drift: u64, pauses: bool) -> fencecheck::client::Verification {
+    let ttl = client.ttl;
+    verify(
+        Environment::new(client)
+            .named("own-clock")
+            .service(Service::REDIS)
+            .clocked(Clock {
+                ttl,
+                drift,
+                horizon: 3 * ttl,
+                pauses,
+            }),
+    )
+}
+
+/// The catalog's check-before-write and clock-drift models, written as a clocked client: the
+/// stale write reaches the accept-all storage and not the fenced one, and two clients believe at
+/// once only when clocks drift, as the catalog declares.
+#[test]
+fn check_before_write_on_a_clock_gets_the_catalogs_verdicts() {
+    for (model, drift) in [("check-before-write", 0), ("clock-drift", 1)] {
+        let built_in = catalog_run(model, Params::sized(2, 1, 0));
+        let theirs = |name: &str| {
+            built_in
+                .properties
+                .iter()
+                .find(|p| p.property == name)
+                .expect("declared")
+                .verdict
+        };
+        let client = |fenced| OwnClock {
+            ttl: 2,
+            from_reply: false,
+            fenced,
+        };
+        let plain = clocked(client(false), drift, false);
+        let fenced = clocked(client(true), drift, false);
+        for (ours, name, catalog) in [
+            (&plain, "storage_in_lease_order", "storage_in_lease_order"),
+            (
+                &fenced,
+                "storage_in_lease_order",
+                "fenced_storage_in_lease_order",
+            ),
+            (&plain, "single_believer", "single_believer"),
+            (&fenced, "single_believer", "single_believer"),
+        ] {
+            assert_eq!(
+                ours.verdict(name).unwrap(),
+                theirs(catalog),
+                "{model} (drift {drift}): {name}\n{}",
+                ours.summary()
+            );
+        }
+    }
+}
+
+/// The clock's negative controls: a deadline counted from the grant's arrival outlives the lease
+/// (the grant can arrive late), and a paused process misses its own deadline; counted from the
+/// request, on time, the work stops before a successor's lease.
+#[test]
+fn a_deadline_from_the_reply_or_a_pause_is_caught() {
+    let careful = OwnClock {
+        ttl: 3,
+        from_reply: false,
+        fenced: true,
+    };
+    let on_time = clocked(careful.clone(), 0, false);
+    on_time
+        .expect_holds("work_stopped_before_successor")
+        .expect_holds("single_believer")
+        .expect_holds("work_ran")
+        .expect_holds("lease_regranted");
+    let reply = clocked(
+        OwnClock {
+            from_reply: true,
+            ..careful.clone()
+        },
+        0,
+        false,
+    );
+    let cx = reply
+        .expect_violated("work_stopped_before_successor")
+        .expect("a path");
+    assert!(
+        cx.steps.iter().any(|s| s.text.contains("time passes")),
+        "{cx:?}"
+    );
+    let paused = clocked(careful.clone(), 0, true);
+    paused.expect_violated("work_stopped_before_successor");
+    let drifting = clocked(careful, 1, false);
+    drifting.expect_violated("single_believer");
+    drifting.expect_violated("work_stopped_before_successor");
+}
+
+#[test]
+fn a_clock_that_makes_no_sense_is_refused() {
+    let bad = try_verify(
+        Environment::new(OwnClock {
+            ttl: 2,
+            from_reply: false,
+            fenced: true,
+        })
+        .clocked(Clock {
+            ttl: 0,
+            drift: 0,
+            horizon: 4,
+            pauses: false,
+        }),
+    );
+    assert_eq!(
+        bad.unwrap_err().to_string(),
+        "bad clock: ttl and horizon must be at least 1 tick; got ttl 0 and horizon 4"
+    );
 }

@@ -1,10 +1,9 @@
 //! The environment a client is checked in: the catalog's lock service and storage, with
 //! instances of the user's client beside them.
 
+use super::timed::{Clock, TimedWorld};
 use super::Client;
-use crate::models::lease_service::{
-    clients, condition, grants, record_out, Ghost, Msg, Node, WorldState,
-};
+use crate::models::lease_service::{grants, record_out, Ghost, Msg, Node, NodeState, WorldState};
 use crate::models::{meaning, Declared, Declares, Expect};
 use crate::protocol::FencePolicy;
 use stateright::actor::{ActorModel, Envelope, Network};
@@ -87,6 +86,7 @@ impl<C: Client> std::fmt::Debug for Predicate<C> {
 /// The configuration a [`World`] carries: the user's predicates and every property's declaration.
 #[derive(Clone)]
 pub struct WorldCfg<C: Client> {
+    pub(crate) client: C,
     pub(crate) name: &'static str,
     pub(crate) predicates: Vec<Predicate<C>>,
     pub(crate) declarations: &'static [Declared<World<C>>],
@@ -133,6 +133,9 @@ pub enum EnvironmentError {
         /// The properties it checks, comma-separated.
         known: String,
     },
+    /// The clock makes no sense.
+    #[error("bad clock: {0}")]
+    BadClock(String),
     /// The search reached its state bound before it covered every reachable state.
     #[error(
         "the check of {name} stopped at its bound of {bound} states without covering every \
@@ -177,6 +180,7 @@ pub struct Environment<C: Client> {
     pub(crate) storage: FencePolicy,
     pub(crate) service: Service,
     pub(crate) effects: bool,
+    pub(crate) clock: Option<Clock>,
     pub(crate) max_states: usize,
     pub(crate) predicates: Vec<Predicate<C>>,
 }
@@ -191,6 +195,7 @@ impl<C: Client> Environment<C> {
             storage: FencePolicy::Fenced,
             service: Service::default(),
             effects: false,
+            clock: None,
             max_states: 2_000_000,
             predicates: Vec::new(),
         }
@@ -244,6 +249,15 @@ impl<C: Client> Environment<C> {
         self
     }
 
+    /// Runs the world on a clock ([`Clock`]): leases last `ttl` ticks of the lock service's
+    /// clock, each instance reads its own clock ([`super::Commands::now`]), within `drift` ticks
+    /// of the service's, and can set its timer for a reading of it. Without this call no clock
+    /// can be trusted: leases expire at any moment.
+    pub fn clocked(mut self, clock: Clock) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
     /// Counts every write the storage accepts as the job's effect and checks
     /// `effect_exactly_once`: at most one effect is stored (`write_accepted` shows one is). The
     /// count is part of the state, so the space grows; without this call the property is not
@@ -293,24 +307,42 @@ impl<C: Client> Environment<C> {
             .collect()
     }
 
-    /// Builds the Stateright model, after checking the environment makes sense.
-    pub fn build(&self) -> Result<World<C>, EnvironmentError> {
-        if self.instances == 0 {
-            return Err(EnvironmentError::NoInstances);
-        }
-        if self.predicates.len() > MAX_PREDICATES {
-            return Err(EnvironmentError::TooManyPredicates(self.predicates.len()));
-        }
-        for (i, p) in self.predicates.iter().enumerate() {
-            let taken = BUILT_IN_NAMES.contains(&p.name)
-                || p.name == EFFECT_EXACTLY_ONCE
-                || self.predicates[..i].iter().any(|q| q.name == p.name);
-            if taken {
-                return Err(EnvironmentError::DuplicateProperty(p.name));
+    /// Checks that the environment makes sense.
+    fn validate(&self) -> Result<(), EnvironmentError> {
+        if let Some(clock) = self.clock {
+            if clock.ttl == 0 || clock.horizon == 0 {
+                return Err(EnvironmentError::BadClock(format!(
+                    "ttl and horizon must be at least 1 tick; got ttl {} and horizon {}",
+                    clock.ttl, clock.horizon
+                )));
             }
         }
+        self.check_sizes()
+    }
+
+    /// The clocked world, for an environment with [`Environment::clocked`].
+    pub fn build_clocked(&self) -> Result<TimedWorld<C>, EnvironmentError> {
+        self.validate()?;
+        let clock = self.clock.ok_or_else(|| {
+            EnvironmentError::BadClock("the environment has no clock: call clocked()".to_string())
+        })?;
+        Ok(TimedWorld::new(
+            self.client.clone(),
+            self.instances,
+            self.storage,
+            self.service,
+            clock,
+            self.effects,
+            self.predicates.clone(),
+        ))
+    }
+
+    /// Builds the untimed Stateright model, after checking the environment makes sense.
+    pub fn build(&self) -> Result<World<C>, EnvironmentError> {
+        self.validate()?;
         let declarations = declarations(&self.predicates, self.effects);
         let cfg = WorldCfg {
+            client: self.client.clone(),
             name: self.name,
             predicates: self.predicates.clone(),
             declarations,
@@ -336,30 +368,157 @@ impl<C: Client> Environment<C> {
         }
         Ok(world)
     }
+
+    /// Checks the sizes and names.
+    fn check_sizes(&self) -> Result<(), EnvironmentError> {
+        if self.instances == 0 {
+            return Err(EnvironmentError::NoInstances);
+        }
+        if self.predicates.len() > MAX_PREDICATES {
+            return Err(EnvironmentError::TooManyPredicates(self.predicates.len()));
+        }
+        for (i, p) in self.predicates.iter().enumerate() {
+            let taken = BUILT_IN_NAMES.contains(&p.name)
+                || p.name == EFFECT_EXACTLY_ONCE
+                || self.predicates[..i].iter().any(|q| q.name == p.name);
+            if taken {
+                return Err(EnvironmentError::DuplicateProperty(p.name));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What the properties read, in the untimed world and the clocked one alike.
+pub(crate) trait Observe: stateright::Model + Sized + 'static {
+    /// The instances' client.
+    type C: Client;
+    /// The client every instance runs.
+    fn client(&self) -> &Self::C;
+    /// The user's predicates.
+    fn predicates(&self) -> &[Predicate<Self::C>];
+    /// The ghost history.
+    fn ghost(state: &Self::State) -> &Ghost;
+    /// Grants made so far.
+    fn grants(state: &Self::State) -> u8;
+    /// Each instance's state, in instance order.
+    fn states(state: &Self::State) -> Vec<&<Self::C as Client>::State>;
+    /// Whether a rejection is on its way to a client.
+    fn rejection_in_flight(state: &Self::State) -> bool;
+}
+
+impl<C: Client> Observe for World<C> {
+    type C = C;
+
+    fn client(&self) -> &C {
+        &self.cfg.client
+    }
+
+    fn predicates(&self) -> &[Predicate<C>] {
+        &self.cfg.predicates
+    }
+
+    fn ghost(state: &WorldState<C>) -> &Ghost {
+        &state.history
+    }
+
+    fn grants(state: &WorldState<C>) -> u8 {
+        grants(state)
+    }
+
+    fn states(state: &WorldState<C>) -> Vec<&C::State> {
+        state
+            .actor_states
+            .iter()
+            .filter_map(|s| match &**s {
+                NodeState::Client(c) => Some(c),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn rejection_in_flight(state: &WorldState<C>) -> bool {
+        state
+            .network
+            .iter_deliverable()
+            .any(|e| matches!(e.msg, Msg::Rejected { .. }))
+    }
+}
+
+/// The condition of a property, as Stateright wants it.
+type Condition<M> = fn(&M, &<M as stateright::Model>::State) -> bool;
+
+/// `storage_in_lease_order`: the library's checker over the accepted writes' grants.
+fn in_lease_order<M: Observe>(_: &M, s: &M::State) -> bool {
+    M::ghost(s).lease_order.holds()
+}
+
+/// `single_believer`.
+fn single_believer<M: Observe>(m: &M, s: &M::State) -> bool {
+    M::states(s)
+        .into_iter()
+        .filter(|c| m.client().holds(c))
+        .count()
+        <= 1
+}
+
+/// `tokens_increase`.
+fn tokens_increase<M: Observe>(_: &M, s: &M::State) -> bool {
+    M::ghost(s).tokens.holds()
 }
 
 /// `work_stopped_before_successor`: no instance works under a lease while a later one has been
 /// granted.
-fn work_stopped<C: Client>(m: &World<C>, s: &WorldState<C>) -> bool {
-    let granted = grants(s);
-    clients(m, s).all(|(c, state)| {
-        c.working_under(state)
+fn work_stopped<M: Observe>(m: &M, s: &M::State) -> bool {
+    let granted = M::grants(s);
+    M::states(s).into_iter().all(|c| {
+        m.client()
+            .working_under(c)
             .is_none_or(|grant| grant.epoch() >= granted)
     })
 }
 
-/// `effect_exactly_once`: at most one of the job's effects is stored (with `write_accepted`, at
-/// least one is).
-fn at_most_one_effect<C: Client>(_: &World<C>, s: &WorldState<C>) -> bool {
-    s.history.effects <= 1
+/// `clients_finish`: every instance is done.
+fn all_finished<M: Observe>(m: &M, s: &M::State) -> bool {
+    M::states(s).into_iter().all(|c| m.client().finished(c))
 }
 
-/// Records the ghost history as the catalog does, and counts the effects stored.
-fn record_effects<C: Client>(
-    cfg: &WorldCfg<C>,
-    ghost: &Ghost,
-    env: Envelope<&Msg>,
-) -> Option<Ghost> {
+/// `write_accepted`.
+fn write_stored<M: Observe>(_: &M, s: &M::State) -> bool {
+    M::ghost(s).lease_order.newest().is_some()
+}
+
+/// `lease_regranted`.
+fn regranted<M: Observe>(_: &M, s: &M::State) -> bool {
+    M::grants(s) >= 2
+}
+
+/// `stale_write_rejected`: a rejection is on its way (every rejection puts one in flight).
+fn stale_write_rejected<M: Observe>(_: &M, s: &M::State) -> bool {
+    M::rejection_in_flight(s)
+}
+
+/// `lease_held`: some instance believes it holds the lease.
+fn someone_holds<M: Observe>(m: &M, s: &M::State) -> bool {
+    M::states(s).into_iter().any(|c| m.client().holds(c))
+}
+
+/// `work_ran`: some instance works under a lease.
+fn someone_works<M: Observe>(m: &M, s: &M::State) -> bool {
+    M::states(s)
+        .into_iter()
+        .any(|c| m.client().working_under(c).is_some())
+}
+
+/// `effect_exactly_once`: at most one of the job's effects is stored (with `write_accepted`, at
+/// least one is).
+fn at_most_one_effect<M: Observe>(_: &M, s: &M::State) -> bool {
+    M::ghost(s).effects <= 1
+}
+
+/// Records the ghost history as the catalog does, and counts the effects stored: every write the
+/// storage accepts.
+pub(crate) fn record_effects<Cfg>(cfg: &Cfg, ghost: &Ghost, env: Envelope<&Msg>) -> Option<Ghost> {
     let effect = matches!(env.msg, Msg::Accepted { .. });
     let recorded = record_out(cfg, ghost, env);
     if !effect {
@@ -370,51 +529,35 @@ fn record_effects<C: Client>(
     Some(next)
 }
 
-/// `lease_held`: some instance believes it holds the lease.
-fn someone_holds<C: Client>(m: &World<C>, s: &WorldState<C>) -> bool {
-    clients(m, s).any(|(c, state)| c.holds(state))
-}
-
-/// `work_ran`: some instance works under a lease.
-fn someone_works<C: Client>(m: &World<C>, s: &WorldState<C>) -> bool {
-    clients(m, s).any(|(c, state)| c.working_under(state).is_some())
-}
-
-/// `clients_finish`: every instance is done.
-fn all_finished<C: Client>(m: &World<C>, s: &WorldState<C>) -> bool {
-    clients(m, s).all(|(c, state)| c.finished(state))
-}
-
 /// The `K`-th predicate of the user's, over the instances' states.
-fn predicate<const K: usize, C: Client>(m: &World<C>, s: &WorldState<C>) -> bool {
-    let states: Vec<&C::State> = clients(m, s).map(|(_, state)| state).collect();
-    (m.cfg.predicates[K].test)(&states)
+fn predicate<const K: usize, M: Observe>(m: &M, s: &M::State) -> bool {
+    (m.predicates()[K].test)(&M::states(s))
 }
 
 /// The condition of the `k`-th predicate (a plain `fn`, as Stateright wants).
-fn predicate_condition<C: Client>(k: usize) -> fn(&World<C>, &WorldState<C>) -> bool {
+fn predicate_condition<M: Observe>(k: usize) -> Condition<M> {
     match k {
-        0 => predicate::<0, C>,
-        1 => predicate::<1, C>,
-        2 => predicate::<2, C>,
-        3 => predicate::<3, C>,
-        4 => predicate::<4, C>,
-        5 => predicate::<5, C>,
-        6 => predicate::<6, C>,
-        _ => predicate::<7, C>,
+        0 => predicate::<0, M>,
+        1 => predicate::<1, M>,
+        2 => predicate::<2, M>,
+        3 => predicate::<3, M>,
+        4 => predicate::<4, M>,
+        5 => predicate::<5, M>,
+        6 => predicate::<6, M>,
+        _ => predicate::<7, M>,
     }
 }
 
 /// Every property of a world, declared once. The declarations live as long as the program (a
 /// world is built a few times per test, and Stateright wants `'static` names).
-fn declarations<C: Client>(
-    predicates: &[Predicate<C>],
+pub(crate) fn declarations<M: Observe>(
+    predicates: &[Predicate<M::C>],
     effects: bool,
-) -> &'static [Declared<World<C>>] {
+) -> &'static [Declared<M>] {
     let built_in = |name: &'static str,
                     kind: Expectation,
                     meaning: &'static str,
-                    condition: fn(&World<C>, &WorldState<C>) -> bool| Declared {
+                    condition: Condition<M>| Declared {
         name,
         kind,
         meaning,
@@ -426,19 +569,19 @@ fn declarations<C: Client>(
             BUILT_IN_NAMES[0],
             Expectation::Always,
             meaning::STORAGE_IN_LEASE_ORDER,
-            condition::in_lease_order,
+            in_lease_order,
         ),
         built_in(
             BUILT_IN_NAMES[1],
             Expectation::Always,
             meaning::SINGLE_BELIEVER,
-            condition::single_believer,
+            single_believer,
         ),
         built_in(
             BUILT_IN_NAMES[2],
             Expectation::Always,
             meaning::TOKENS_INCREASE,
-            condition::tokens_increase,
+            tokens_increase,
         ),
         built_in(
             BUILT_IN_NAMES[3],
@@ -456,19 +599,19 @@ fn declarations<C: Client>(
             BUILT_IN_NAMES[5],
             Expectation::Sometimes,
             meaning::WRITE_ACCEPTED,
-            condition::write_stored,
+            write_stored,
         ),
         built_in(
             BUILT_IN_NAMES[6],
             Expectation::Sometimes,
             meaning::LEASE_REGRANTED,
-            condition::regranted,
+            regranted,
         ),
         built_in(
             BUILT_IN_NAMES[7],
             Expectation::Sometimes,
             "the storage refuses a stale write",
-            condition::stale_write_rejected,
+            stale_write_rejected,
         ),
         built_in(
             BUILT_IN_NAMES[8],
@@ -496,7 +639,7 @@ fn declarations<C: Client>(
             p.name,
             p.kind.clone(),
             "a predicate of the client's own",
-            predicate_condition::<C>(k),
+            predicate_condition::<M>(k),
         ));
     }
     Box::leak(all.into_boxed_slice())

@@ -67,12 +67,14 @@
 //! ```
 
 mod env;
+mod timed;
 mod verify;
 
 pub use env::{
     Busy, Environment, EnvironmentError, LeaseEnd, Service, World, WorldCfg, BUILT_IN_NAMES,
     EFFECT_EXACTLY_ONCE, MAX_PREDICATES,
 };
+pub use timed::{Clock, TimedAction, TimedState, TimedWorld};
 pub use verify::{explain, try_verify, verify, Verification};
 
 use crate::protocol::Token;
@@ -182,78 +184,105 @@ pub enum Command {
     Read,
     /// Give the lease back.
     Release(Grant),
-    /// Set the client's timer (one per client; setting it again keeps one).
+    /// Set the client's timer (one per client; setting it again keeps one). It fires at any
+    /// moment; in a clocked world, at once or later.
     SetTimer,
+    /// Set the client's timer to fire when its own clock reads this time (a clocked world; in
+    /// the untimed world it fires at any moment).
+    SetTimerAt(u64),
 }
 
-/// The commands a client issues in one step, in order.
+/// The commands a client issues in one step, in order, and what its clock reads at that step.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Commands(Vec<Command>);
+pub struct Commands {
+    commands: Vec<Command>,
+    now: Option<u64>,
+}
 
 impl Commands {
-    /// No commands.
+    /// No commands, no clock.
     pub fn new() -> Commands {
-        Commands(Vec::new())
+        Commands::default()
+    }
+
+    /// No commands, at `now` on the instance's clock.
+    pub(crate) fn at(now: u64) -> Commands {
+        Commands {
+            commands: Vec::new(),
+            now: Some(now),
+        }
+    }
+
+    /// What the instance's own clock reads at this step, in ticks: `Some` in a clocked world
+    /// ([`Environment::clocked`]), `None` in the untimed one, where no clock can be trusted.
+    /// The clock may run slower or faster than the lock service's, within the drift bound.
+    pub fn now(&self) -> Option<u64> {
+        self.now
+    }
+
+    /// Sets the timer to fire when the instance's clock reads `at`.
+    pub fn set_timer_at(&mut self, at: u64) {
+        self.commands.push(Command::SetTimerAt(at));
     }
 
     /// Asks for the lease.
     pub fn acquire(&mut self) {
-        self.0.push(Command::Acquire);
+        self.commands.push(Command::Acquire);
     }
 
     /// Asks to extend `grant`'s lease.
     pub fn renew(&mut self, grant: &Grant) {
-        self.0.push(Command::Renew(*grant));
+        self.commands.push(Command::Renew(*grant));
     }
 
     /// Asks whether `grant`'s lease is still live.
     pub fn check_lease(&mut self, grant: &Grant) {
-        self.0.push(Command::CheckLease(*grant));
+        self.commands.push(Command::CheckLease(*grant));
     }
 
     /// Writes under `grant` with its token.
     pub fn write(&mut self, grant: &Grant) {
-        self.0.push(Command::Write(*grant));
+        self.commands.push(Command::Write(*grant));
     }
 
     /// Writes under `grant` without its token.
     pub fn write_unfenced(&mut self, grant: &Grant) {
-        self.0.push(Command::WriteUnfenced(*grant));
+        self.commands.push(Command::WriteUnfenced(*grant));
     }
 
     /// Applies the job's effect under `grant` unless it has been applied.
     pub fn write_once(&mut self, grant: &Grant) {
-        self.0.push(Command::WriteOnce(*grant));
+        self.commands.push(Command::WriteOnce(*grant));
     }
 
     /// Reads the storage's largest accepted token.
     pub fn read(&mut self) {
-        self.0.push(Command::Read);
+        self.commands.push(Command::Read);
     }
 
     /// Releases `grant`'s lease.
     pub fn release(&mut self, grant: &Grant) {
-        self.0.push(Command::Release(*grant));
+        self.commands.push(Command::Release(*grant));
     }
 
     /// Sets the timer.
     pub fn set_timer(&mut self) {
-        self.0.push(Command::SetTimer);
+        self.commands.push(Command::SetTimer);
     }
 
     /// Adds any command.
     pub fn push(&mut self, command: Command) {
-        self.0.push(command);
+        self.commands.push(command);
     }
 
     /// The commands issued, in order.
     pub fn as_slice(&self) -> &[Command] {
-        &self.0
+        &self.commands
     }
 
     /// Takes the commands out, leaving none.
     pub(crate) fn take(&mut self) -> Vec<Command> {
-        std::mem::take(&mut self.0)
+        std::mem::take(&mut self.commands)
     }
 }
 

@@ -21,7 +21,6 @@ pub struct Verification {
 /// twice) or when the search reaches [`Environment::max_states`] before it covers every reachable
 /// state: then no verdict is given.
 pub fn try_verify<C: Client>(env: Environment<C>) -> Result<Verification, EnvironmentError> {
-    let world = env.build()?;
     let options = Options {
         threads: 1,
         symmetry: true,
@@ -29,7 +28,17 @@ pub fn try_verify<C: Client>(env: Environment<C>) -> Result<Verification, Enviro
         max_counterexample_states: env.max_states,
     };
     let params = Params::sized(env.instances, 0, 0);
-    let run = match check_model(env.name, &params, world, &options, &mut |_| {}) {
+    let checked = match env.clock {
+        None => check_model(env.name, &params, env.build()?, &options, &mut |_| {}),
+        Some(_) => check_model(
+            env.name,
+            &params,
+            env.build_clocked()?,
+            &options,
+            &mut |_| {},
+        ),
+    };
+    let run = match checked {
         Ok(run) => run,
         // The declarations and the properties come from one list: a disagreement is a bug of
         // this module, not the user's.
