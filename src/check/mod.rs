@@ -2,6 +2,7 @@
 //! counterexamples. A library: the CLI only parses arguments and prints what this returns.
 
 mod catalog;
+pub mod linearize;
 mod run;
 mod shortest;
 
