@@ -470,11 +470,12 @@ pub(crate) fn serve<C: Client>(
             Some((table, grants))
         }
         Msg::Renew { token, epoch } => {
-            // The lease stays as long as before: time does not pass between expiries, and the
-            // expiry may still come at any moment.
+            // A live lease runs `ttl` from `now` again. (In the untimed world that is where it
+            // already ended: time does not pass between expiries, and the expiry may still come
+            // at any moment.)
             let ok = table.extend(&src, token, now, ttl).is_ok();
             o.send(src, Msg::Renewed { token, epoch, ok });
-            None
+            ok.then_some((table, grants))
         }
         Msg::Check { token, epoch } => {
             let live = table

@@ -7,11 +7,12 @@
 mod common;
 
 use fencecheck::backend::PgFencedStore;
-use fencecheck::protocol::{storage_in_lease_order, FencePolicy, History};
+use fencecheck::check::trace::{validate, Replay};
+use fencecheck::protocol::{storage_in_lease_order, FencePolicy, History, Observed, Token, Trace};
 use fencecheck_testkit::{signal, started_or_skip, EtcdCluster, PgServer, RedisServer, ZkCluster};
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 struct Worker {
     child: Child,
@@ -91,6 +92,10 @@ fn token_of(reply: &str) -> u64 {
 /// What one trial saw.
 struct Trial {
     history: History,
+    /// What the test saw of both workers, for trace validation.
+    trace: Trace,
+    /// The lease's TTL.
+    ttl: Duration,
     /// Writes of the paused worker accepted after the new holder's writes.
     stale_accepted: usize,
 }
@@ -106,22 +111,65 @@ fn trial(backend: &[String], ttls: &[u64], pg: &PgServer, i: u64, unfenced: bool
     let lock = format!("pause-{}-{i}", if unfenced { "u" } else { "f" });
     let key = format!("{}-k{i}", backend[1]);
     let mut history = History::new();
+    let mut trace = Trace::new();
+    let start = Instant::now();
+    let mut seen = |who: &str, what: Observed| {
+        trace.record(start.elapsed().as_micros() as u64, who, what);
+    };
 
     let mut a = Worker::spawn(backend, pg, &lock, ttl_ms, "A", &key, unfenced);
     let mut b = Worker::spawn(backend, pg, &lock, ttl_ms, "B", &key, unfenced);
+    seen("A", Observed::AcquireSent);
     let ta = token_of(&a.ask("acquire"));
-    history.granted("A", fencecheck::protocol::Token::new(ta));
+    seen(
+        "A",
+        Observed::Granted {
+            token: Token::new(ta),
+        },
+    );
+    history.granted("A", Token::new(ta));
+    seen(
+        "A",
+        Observed::WriteSent {
+            token: Token::new(ta),
+        },
+    );
     assert_eq!(a.ask("write a-before-pause"), "ACCEPTED");
+    seen(
+        "A",
+        Observed::WriteAccepted {
+            token: Token::new(ta),
+        },
+    );
     history.accepted("A");
 
     // A real pause: the process stops, its keepalive with it.
     signal(a.pid(), libc::SIGSTOP).unwrap();
     std::thread::sleep(Duration::from_millis(ttl_ms + overshoot_ms));
+    seen("B", Observed::AcquireSent);
     let tb = token_of(&b.ask("acquire"));
+    seen(
+        "B",
+        Observed::Granted {
+            token: Token::new(tb),
+        },
+    );
     assert!(tb > ta, "trial {i}: token {tb} after {ta}");
-    history.granted("B", fencecheck::protocol::Token::new(tb));
+    history.granted("B", Token::new(tb));
     for n in 0..b_writes {
+        seen(
+            "B",
+            Observed::WriteSent {
+                token: Token::new(tb),
+            },
+        );
         assert_eq!(b.ask(&format!("write b{n}")), "ACCEPTED", "trial {i}");
+        seen(
+            "B",
+            Observed::WriteAccepted {
+                token: Token::new(tb),
+            },
+        );
         history.accepted("B");
     }
     signal(a.pid(), libc::SIGCONT).unwrap();
@@ -131,22 +179,44 @@ fn trial(backend: &[String], ttls: &[u64], pg: &PgServer, i: u64, unfenced: bool
         // passed during the pause, so it does not write.
         let reply = a.ask("write-if-held a-careful");
         assert!(reply.starts_with("LOST "), "trial {i}: {reply}");
+        seen(
+            "A",
+            Observed::LeaseLost {
+                token: Token::new(ta),
+            },
+        );
     }
     // The classic bug: the check happened before the pause; the write goes out after it.
     let mut stale_accepted = 0;
+    seen(
+        "A",
+        Observed::WriteSent {
+            token: Token::new(ta),
+        },
+    );
     match a.ask("write a-after-pause").as_str() {
         "ACCEPTED" => {
+            seen(
+                "A",
+                Observed::WriteAccepted {
+                    token: Token::new(ta),
+                },
+            );
             history.accepted("A");
             stale_accepted += 1;
         }
         r if r.starts_with("REJECTED ") => {
             assert_eq!(r, format!("REJECTED {tb}"), "trial {i}");
+            let (token, highest) = (Token::new(ta), Token::new(tb));
+            seen("A", Observed::WriteRejected { token, highest });
             history.rejected("A");
         }
         r => panic!("trial {i}: unexpected reply {r:?}"),
     }
     Trial {
         history,
+        trace,
+        ttl: Duration::from_millis(ttl_ms),
         stale_accepted,
     }
 }
@@ -171,12 +241,16 @@ fn trials(backend: &[String], ttls: &[u64], pg: &PgServer, trials: u64, controls
         if let Err(e) = storage_in_lease_order(&t.history) {
             panic!("fenced trial {i}: {e}\nhistory: {}", t.history);
         }
+        // The model's lock service and fenced storage explain what the workers saw.
+        if let Err(e) = validate(&t.trace, &Replay::new(t.ttl, FencePolicy::Fenced)) {
+            panic!("fenced trial {i}: {e}");
+        }
         stale += t.stale_accepted;
     }
     assert_eq!(stale, 0, "stale writes accepted with fencing");
     eprintln!(
         "{} lock, {trials} fenced pause trials: 0 stale writes accepted, \
-         storage_in_lease_order held",
+         storage_in_lease_order held, every trace explained by the model",
         backend[1]
     );
 
@@ -189,6 +263,13 @@ fn trials(backend: &[String], ttls: &[u64], pg: &PgServer, trials: u64, controls
         if storage_in_lease_order(&t.history).is_err() {
             caught += 1;
         }
+        // The late write is a step of the model with unfenced storage, not with fenced storage.
+        let unfenced = Replay::new(t.ttl, FencePolicy::AcceptAll);
+        if let Err(e) = validate(&t.trace, &unfenced) {
+            panic!("control trial {i}: {e}");
+        }
+        let fenced = Replay::new(t.ttl, FencePolicy::Fenced);
+        assert!(validate(&t.trace, &fenced).is_err(), "control trial {i}");
     }
     assert_eq!(
         caught, controls,

@@ -22,6 +22,7 @@ mod postgres;
 mod queue;
 mod redis;
 pub mod retry;
+mod traced;
 mod ttl;
 mod zookeeper;
 
@@ -35,6 +36,7 @@ pub use self::keepalive::{
 pub use self::local::{LocalFencedMap, LocalLock};
 pub use self::postgres::PgFencedStore;
 pub use self::redis::{scripts as redis_scripts, RedisFencedStore, RedisLock, RedisOptions};
+pub use self::traced::{Recorder, TracedLock, TracedStore};
 pub use self::ttl::Ttl;
 pub use self::zookeeper::{ZkElection, ZkLock, ZkOptions};
 

@@ -5,6 +5,7 @@ mod catalog;
 pub mod linearize;
 mod run;
 mod shortest;
+pub mod trace;
 
 pub use crate::models::Params;
 pub use catalog::{

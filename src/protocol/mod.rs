@@ -17,6 +17,7 @@ mod lease;
 mod register;
 mod session;
 mod token;
+mod trace;
 
 pub use elector::{
     Attempt, Conflict, ElectionTiming, Elector, LeaseObject, LeaseRecord, TimingError,
@@ -31,3 +32,4 @@ pub use lease::{Acquire, Lease, LeaseError, LeaseTable};
 pub use register::{Campaign, TermRegister};
 pub use session::{Refused, SessionLock};
 pub use token::{NegativeToken, Token, TokenExhausted, TokenIssuer};
+pub use trace::{Observed, Trace, TraceEvent};

@@ -1,0 +1,179 @@
+//! Recording what a lock's clients observe, for any backend: [`TracedLock`] wraps a
+//! [`LockService`] and [`TracedStore`] a [`FencedStorage`]; both write to one [`Recorder`], whose
+//! [`Trace`] `check::trace::validate` replays through the model.
+//!
+//! One recorder per lock and storage key: the model replays one lease and one fenced register.
+//! A request that fails (a timeout, a lost connection) is recorded as sent and never answered,
+//! which the model reads as a request the server may or may not have handled.
+
+use super::{Acquired, BackendError, FencedStorage, Grant, Holder, LockService, Ttl, WriteOutcome};
+use crate::protocol::{Observed, Token, Trace};
+use crate::sync::Mutex;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// One clock and one trace, shared by the traced locks and stores of a run.
+///
+/// ```
+/// use fencecheck::backend::{LocalLock, LockService, Recorder};
+/// use std::time::Duration;
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// let recorder = Recorder::new();
+/// let lock = recorder.lock(LocalLock::new(Duration::from_secs(1)).unwrap());
+/// let grant = lock.acquire("A", Duration::from_secs(1)).await.unwrap().unwrap();
+/// lock.release("A", grant.token).await.unwrap();
+/// let trace = recorder.trace();
+/// assert_eq!(trace.len(), 4); // asked, granted, release sent, released
+/// # });
+/// ```
+#[derive(Clone, Debug)]
+pub struct Recorder {
+    shared: Arc<(Instant, Mutex<Trace>)>,
+}
+
+impl Default for Recorder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Recorder {
+    /// A recorder whose clock starts now.
+    pub fn new() -> Self {
+        Recorder {
+            shared: Arc::new((Instant::now(), Mutex::new(Trace::new()))),
+        }
+    }
+
+    /// `who` observed `what` now.
+    pub fn record(&self, who: &str, what: Observed) {
+        let at = u64::try_from(self.shared.0.elapsed().as_micros()).unwrap_or(u64::MAX);
+        self.shared.1.lock().record(at, who, what);
+    }
+
+    /// What was recorded so far.
+    pub fn trace(&self) -> Trace {
+        self.shared.1.lock().clone()
+    }
+
+    /// `lock`, recording its clients' requests and answers here.
+    pub fn lock<L: LockService>(&self, lock: L) -> TracedLock<L> {
+        TracedLock {
+            lock,
+            recorder: self.clone(),
+        }
+    }
+
+    /// `store` as seen by the client `who`, recording its writes and answers here.
+    pub fn store<S: FencedStorage>(&self, store: Arc<S>, who: &str) -> TracedStore<S> {
+        TracedStore {
+            store,
+            who: who.to_string(),
+            recorder: self.clone(),
+        }
+    }
+}
+
+/// A [`LockService`] whose acquires, renewals and releases are recorded (reads and publishing
+/// are passed through unrecorded: they change nothing the model replays).
+#[derive(Debug)]
+pub struct TracedLock<L> {
+    lock: L,
+    recorder: Recorder,
+}
+
+impl<L> TracedLock<L> {
+    /// The lock inside.
+    pub fn inner(&self) -> &L {
+        &self.lock
+    }
+}
+
+impl<L: LockService> LockService for TracedLock<L> {
+    fn ttl(&self) -> Ttl {
+        self.lock.ttl()
+    }
+
+    async fn try_acquire(&self, owner: &str) -> Result<Acquired, BackendError> {
+        self.recorder.record(owner, Observed::AcquireSent);
+        let answer = self.lock.try_acquire(owner).await?;
+        let seen = match &answer {
+            Acquired::Granted(g) => Observed::Granted { token: g.token },
+            Acquired::Busy { .. } => Observed::Busy,
+        };
+        self.recorder.record(owner, seen);
+        Ok(answer)
+    }
+
+    async fn extend(&self, owner: &str, token: Token) -> Result<Option<Grant>, BackendError> {
+        self.recorder.record(owner, Observed::RenewSent { token });
+        let answer = self.lock.extend(owner, token).await?;
+        let ok = answer.is_some();
+        self.recorder.record(owner, Observed::Renewed { token, ok });
+        Ok(answer)
+    }
+
+    async fn publish(&self, owner: &str, token: Token, value: &str) -> Result<bool, BackendError> {
+        self.lock.publish(owner, token, value).await
+    }
+
+    async fn holder(&self) -> Result<Option<Holder>, BackendError> {
+        self.lock.holder().await
+    }
+
+    async fn release(&self, owner: &str, token: Token) -> Result<bool, BackendError> {
+        self.recorder.record(owner, Observed::ReleaseSent { token });
+        let ok = self.lock.release(owner, token).await?;
+        self.recorder
+            .record(owner, Observed::Released { token, ok });
+        Ok(ok)
+    }
+
+    /// The backend's own acquire (a queue wait on etcd and ZooKeeper), recorded as one request:
+    /// granted, or busy when the time ran out.
+    async fn acquire(&self, owner: &str, timeout: Duration) -> Result<Option<Grant>, BackendError> {
+        self.recorder.record(owner, Observed::AcquireSent);
+        let answer = self.lock.acquire(owner, timeout).await?;
+        let seen = match &answer {
+            Some(g) => Observed::Granted { token: g.token },
+            None => Observed::Busy,
+        };
+        self.recorder.record(owner, seen);
+        Ok(answer)
+    }
+}
+
+/// One client's handle on a [`FencedStorage`] whose writes are recorded in its name.
+#[derive(Debug)]
+pub struct TracedStore<S> {
+    store: Arc<S>,
+    who: String,
+    recorder: Recorder,
+}
+
+impl<S: FencedStorage> FencedStorage for TracedStore<S> {
+    async fn write(
+        &self,
+        key: &str,
+        token: Token,
+        value: &[u8],
+    ) -> Result<WriteOutcome, BackendError> {
+        self.recorder
+            .record(&self.who, Observed::WriteSent { token });
+        let outcome = self.store.write(key, token, value).await?;
+        let seen = match &outcome {
+            WriteOutcome::Accepted => Observed::WriteAccepted { token },
+            WriteOutcome::Stale(s) => Observed::WriteRejected {
+                token,
+                highest: s.highest,
+            },
+        };
+        self.recorder.record(&self.who, seen);
+        Ok(outcome)
+    }
+
+    async fn read(&self, key: &str) -> Result<Option<super::Stored>, BackendError> {
+        self.store.read(key).await
+    }
+}

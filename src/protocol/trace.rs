@@ -1,0 +1,297 @@
+//! What a lock client observes, as one event schema every backend and the in-process lock can
+//! record: requests sent and the answers that came back, writes sent and what the storage said,
+//! and the client's own conclusion that its lease is gone.
+//!
+//! A [`Trace`] holds the events of every client of one lock (and its storage) in the order they
+//! were observed, each stamped with the time it was observed in microseconds on one clock.
+//! `check::trace` replays a trace through the models' own lock service and storage and names the
+//! first event they cannot explain.
+
+use super::token::Token;
+use std::fmt;
+
+/// One thing a client observed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Observed {
+    /// It asked for the lease.
+    AcquireSent,
+    /// The lease is its own, with this token.
+    Granted {
+        /// The fencing token.
+        token: Token,
+    },
+    /// The service said the lease is held by someone else.
+    Busy,
+    /// It asked the service to extend its lease.
+    RenewSent {
+        /// The lease's token.
+        token: Token,
+    },
+    /// The service answered a renewal: extended (`ok`) or no longer its lease.
+    Renewed {
+        /// The lease's token.
+        token: Token,
+        /// Whether the lease was extended.
+        ok: bool,
+    },
+    /// It concluded that its lease is gone (its deadline passed, a renewal failed, the server
+    /// said so). The client's own inference: no server step.
+    LeaseLost {
+        /// The lease's token.
+        token: Token,
+    },
+    /// It sent a write under this token.
+    WriteSent {
+        /// The writer's token.
+        token: Token,
+    },
+    /// The storage stored the write.
+    WriteAccepted {
+        /// The writer's token.
+        token: Token,
+    },
+    /// The storage refused the write: it had accepted `highest`, newer than the writer's.
+    WriteRejected {
+        /// The writer's token.
+        token: Token,
+        /// The highest token the storage had accepted.
+        highest: Token,
+    },
+    /// It asked the service to release its lease.
+    ReleaseSent {
+        /// The lease's token.
+        token: Token,
+    },
+    /// The service answered the release: freed (`ok`) or no longer its lease.
+    Released {
+        /// The lease's token.
+        token: Token,
+        /// Whether the lease was still its own and is now free.
+        ok: bool,
+    },
+}
+
+impl Observed {
+    /// Whether this is a request (sent by the client) rather than an answer or an inference.
+    pub fn is_request(&self) -> bool {
+        matches!(
+            self,
+            Observed::AcquireSent
+                | Observed::RenewSent { .. }
+                | Observed::WriteSent { .. }
+                | Observed::ReleaseSent { .. }
+        )
+    }
+}
+
+impl fmt::Display for Observed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Observed::AcquireSent => write!(f, "asks for the lease"),
+            Observed::Granted { token } => write!(f, "is granted the lease, token {token}"),
+            Observed::Busy => write!(f, "is told the lease is busy"),
+            Observed::RenewSent { token } => write!(f, "asks to renew lease {token}"),
+            Observed::Renewed { token, ok: true } => write!(f, "has lease {token} renewed"),
+            Observed::Renewed { token, ok: false } => {
+                write!(f, "is refused the renewal of lease {token}")
+            }
+            Observed::LeaseLost { token } => write!(f, "concludes lease {token} is lost"),
+            Observed::WriteSent { token } => write!(f, "writes with token {token}"),
+            Observed::WriteAccepted { token } => write!(f, "has its write ({token}) accepted"),
+            Observed::WriteRejected { token, highest } => {
+                write!(
+                    f,
+                    "has its write ({token}) rejected, storage holds {highest}"
+                )
+            }
+            Observed::ReleaseSent { token } => write!(f, "releases lease {token}"),
+            Observed::Released { token, ok: true } => write!(f, "has lease {token} released"),
+            Observed::Released { token, ok: false } => {
+                write!(f, "is told lease {token} was no longer its own")
+            }
+        }
+    }
+}
+
+/// One observation: when (microseconds on the trace's clock), who, what.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct TraceEvent {
+    /// When it was observed, in microseconds since the trace began.
+    pub at_us: u64,
+    /// The client that observed it.
+    pub who: String,
+    /// What it observed.
+    pub what: Observed,
+}
+
+impl fmt::Display for TraceEvent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ms = self.at_us / 1000;
+        let frac = self.at_us % 1000;
+        write!(f, "{ms:>6}.{frac:03} ms  {} {}", self.who, self.what)
+    }
+}
+
+/// The observations of every client of one lock, in the order they were observed.
+///
+/// ```
+/// use fencecheck::protocol::{Observed, Token, Trace};
+///
+/// let mut trace = Trace::new();
+/// trace.record(0, "A", Observed::AcquireSent);
+/// trace.record(1_200, "A", Observed::Granted { token: Token::new(1) });
+/// assert_eq!(trace.len(), 2);
+/// assert!(trace.to_string().contains("A is granted the lease, token 1"));
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Trace {
+    events: Vec<TraceEvent>,
+}
+
+impl Trace {
+    /// An empty trace.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// `who` observed `what` at `at_us`. An event stamped earlier than the one before it is
+    /// stamped with the earlier event's time: observations are kept in the order they were made.
+    pub fn record(&mut self, at_us: u64, who: &str, what: Observed) {
+        let at_us = self.events.last().map_or(at_us, |e| e.at_us.max(at_us));
+        self.events.push(TraceEvent {
+            at_us,
+            who: who.to_string(),
+            what,
+        });
+    }
+
+    /// The events in the order they were observed.
+    pub fn events(&self) -> &[TraceEvent] {
+        &self.events
+    }
+
+    /// How many events.
+    pub fn len(&self) -> usize {
+        self.events.len()
+    }
+
+    /// No events.
+    pub fn is_empty(&self) -> bool {
+        self.events.is_empty()
+    }
+}
+
+impl fmt::Display for Trace {
+    /// A timeline, one event per line.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, e) in self.events.iter().enumerate() {
+            writeln!(f, "{:>3}. {e}", i + 1)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_keep_their_order_and_their_time_never_goes_back() {
+        let mut t = Trace::new();
+        assert!(t.is_empty());
+        t.record(5_000, "A", Observed::AcquireSent);
+        t.record(4_000, "B", Observed::AcquireSent);
+        t.record(
+            7_250,
+            "A",
+            Observed::Granted {
+                token: Token::new(3),
+            },
+        );
+        assert_eq!(t.len(), 3);
+        assert!(!t.is_empty());
+        let at: Vec<u64> = t.events().iter().map(|e| e.at_us).collect();
+        assert_eq!(at, [5_000, 5_000, 7_250]);
+        assert_eq!(t.events()[1].who, "B");
+        assert_eq!(
+            t.to_string(),
+            "  1.      5.000 ms  A asks for the lease\n  \
+             2.      5.000 ms  B asks for the lease\n  \
+             3.      7.250 ms  A is granted the lease, token 3\n"
+        );
+    }
+
+    #[test]
+    fn every_observation_reads_as_a_sentence() {
+        let t = Token::new(4);
+        let h = Token::new(9);
+        let cases = [
+            (Observed::AcquireSent, "asks for the lease", true),
+            (
+                Observed::Granted { token: t },
+                "is granted the lease, token 4",
+                false,
+            ),
+            (Observed::Busy, "is told the lease is busy", false),
+            (
+                Observed::RenewSent { token: t },
+                "asks to renew lease 4",
+                true,
+            ),
+            (
+                Observed::Renewed { token: t, ok: true },
+                "has lease 4 renewed",
+                false,
+            ),
+            (
+                Observed::Renewed {
+                    token: t,
+                    ok: false,
+                },
+                "is refused the renewal of lease 4",
+                false,
+            ),
+            (
+                Observed::LeaseLost { token: t },
+                "concludes lease 4 is lost",
+                false,
+            ),
+            (
+                Observed::WriteSent { token: t },
+                "writes with token 4",
+                true,
+            ),
+            (
+                Observed::WriteAccepted { token: t },
+                "has its write (4) accepted",
+                false,
+            ),
+            (
+                Observed::WriteRejected {
+                    token: t,
+                    highest: h,
+                },
+                "has its write (4) rejected, storage holds 9",
+                false,
+            ),
+            (Observed::ReleaseSent { token: t }, "releases lease 4", true),
+            (
+                Observed::Released { token: t, ok: true },
+                "has lease 4 released",
+                false,
+            ),
+            (
+                Observed::Released {
+                    token: t,
+                    ok: false,
+                },
+                "is told lease 4 was no longer its own",
+                false,
+            ),
+        ];
+        for (what, text, request) in cases {
+            assert_eq!(what.to_string(), text);
+            assert_eq!(what.is_request(), request, "{text}");
+        }
+    }
+}
