@@ -1,6 +1,7 @@
 //! Running the models: the catalog, checker runs, verdicts against expectations, and minimal
 //! counterexamples. A library: the CLI only parses arguments and prints what this returns.
 
+pub mod campaign;
 mod catalog;
 pub mod linearize;
 mod run;

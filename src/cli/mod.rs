@@ -9,6 +9,8 @@ mod floor;
 mod report;
 #[cfg(feature = "backends")]
 mod run;
+#[cfg(feature = "backends")]
+mod torture;
 
 use clap::{Args, Parser, Subcommand};
 use fencecheck::check::catalog;
@@ -59,6 +61,24 @@ enum Command {
     /// not run); 69 when the lock service could not be used; 2 on bad usage.
     #[cfg(feature = "backends")]
     Run(run::RunArgs),
+    /// A fault campaign against a lock service: worker processes add to a counter in PostgreSQL
+    /// under the lease while the nemesis pauses (SIGSTOP) one of them past its lease.
+    ///
+    /// Each trial starts --workers processes of this program that take the lease, read the
+    /// counter, and write it plus one with the fencing token (in one transaction fenced by the
+    /// token). Every worker reports what it observes; each trial is judged by increments lost,
+    /// storage_in_lease_order, and trace validation against the model. Servers not given by flag
+    /// are started as throwaway ones on 127.0.0.1. --no-fence is the control that loses
+    /// increments.
+    ///
+    /// Exit status: 0 when every trial kept every rule, 1 when one broke one, 2 on bad usage or
+    /// when the campaign could not run.
+    #[cfg(feature = "backends")]
+    Torture(torture::TortureArgs),
+    /// One worker of a `torture` trial (started by `torture`).
+    #[cfg(feature = "backends")]
+    #[command(hide = true)]
+    TortureWorker(torture::WorkerArgs),
 }
 
 /// Model sizes shared by `check` and `explore`.
@@ -176,6 +196,10 @@ pub fn main() -> ExitCode {
         Command::Report(args) => report::run(args),
         #[cfg(feature = "backends")]
         Command::Run(args) => run::run(args),
+        #[cfg(feature = "backends")]
+        Command::Torture(args) => torture::run(args),
+        #[cfg(feature = "backends")]
+        Command::TortureWorker(args) => torture::worker(args),
     };
     result.unwrap_or_else(|UsageError(message)| {
         eprintln!("error: {message}");

@@ -4,6 +4,7 @@
 //! only decides where the output goes.
 
 mod bench;
+mod campaign;
 mod diagram;
 mod html;
 mod junit;
@@ -12,6 +13,7 @@ mod mutants;
 mod text;
 
 pub use bench::{bench_markdown, collect_benchmarks, BenchError, BenchResult};
+pub use campaign::{campaign_markdown, trial_svg};
 pub use diagram::{mermaid, sequence_svg};
 pub use html::html;
 pub use junit::junit;

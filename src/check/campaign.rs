@@ -1,0 +1,278 @@
+//! Judging the trials of a fault campaign (`fencecheck torture`): each trial's workers did the
+//! counter workload (take the lease, read the counter, write it plus one with the token) and
+//! recorded what they observed as one [`Trace`]. A trial is judged by what users care about —
+//! increments lost, stale writes stored, two holders' work overlapping — by
+//! `storage_in_lease_order` over its history, and by replaying its trace through the model
+//! ([`super::trace::validate`]).
+
+use super::trace::{validate, Replay, TraceError, Validated};
+use crate::protocol::{storage_in_lease_order, History, HistoryError, Observed, Trace};
+use std::fmt;
+
+/// What one trial recorded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TrialRecord {
+    /// Every worker's observations, in time order.
+    pub trace: Trace,
+    /// The counter's value read back after the trial.
+    pub final_value: u64,
+    /// The pauses the nemesis injected: (worker, from µs, to µs) on the trace's clock.
+    pub pauses: Vec<(String, u64, u64)>,
+}
+
+/// The verdict on one trial.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TrialVerdict {
+    /// Grants.
+    pub acquisitions: usize,
+    /// Increments the storage accepted.
+    pub accepted: u64,
+    /// Writes the storage refused as stale.
+    pub rejected: u64,
+    /// Accepted increments missing from the final value.
+    pub lost: u64,
+    /// The longest time two workers' work under their leases overlapped (µs), from their own
+    /// records: grant to the write's answer.
+    pub overlap_us: u64,
+    /// `storage_in_lease_order` over the trial's grants and accepted writes, in the order their
+    /// answers were observed (a late answer to an early write can make it stricter than the
+    /// storage was; the trace validation places each write anywhere in its window).
+    pub lease_order: Result<(), HistoryError>,
+    /// The trace replayed through the model.
+    pub validation: Result<Validated, TraceError>,
+}
+
+impl TrialVerdict {
+    /// Whether the trial broke anything: an increment lost, a write stored out of lease order,
+    /// or a trace the model cannot explain.
+    pub fn violated(&self) -> bool {
+        self.lost > 0 || self.lease_order.is_err() || self.validation.is_err()
+    }
+}
+
+/// Judges one trial, replaying its trace with `replay`.
+///
+/// ```
+/// use fencecheck::check::campaign::{judge, TrialRecord};
+/// use fencecheck::check::trace::Replay;
+/// use fencecheck::protocol::{FencePolicy, Observed, Token, Trace};
+/// use std::time::Duration;
+///
+/// let t = Token::new(1);
+/// let mut trace = Trace::new();
+/// trace.record(0, "w1", Observed::AcquireSent);
+/// trace.record(100, "w1", Observed::Granted { token: t });
+/// trace.record(200, "w1", Observed::WriteSent { token: t });
+/// trace.record(300, "w1", Observed::WriteAccepted { token: t });
+/// let record = TrialRecord { trace, final_value: 1, pauses: vec![] };
+/// let verdict = judge(&record, &Replay::new(Duration::from_millis(50), FencePolicy::Fenced));
+/// assert_eq!((verdict.accepted, verdict.lost), (1, 0));
+/// assert!(!verdict.violated());
+/// ```
+pub fn judge(record: &TrialRecord, replay: &Replay) -> TrialVerdict {
+    let mut history = History::new();
+    let (mut acquisitions, mut accepted, mut rejected) = (0, 0, 0);
+    // Each worker's work: from its grant to its write's answer.
+    let mut open: Vec<(&str, u64)> = Vec::new();
+    let mut work: Vec<(&str, u64, u64)> = Vec::new();
+    for e in record.trace.events() {
+        match e.what {
+            Observed::Granted { token } => {
+                acquisitions += 1;
+                history.granted(&e.who, token);
+                open.retain(|(w, _)| *w != e.who);
+                open.push((&e.who, e.at_us));
+            }
+            Observed::WriteAccepted { .. } | Observed::WriteRejected { .. } => {
+                if matches!(e.what, Observed::WriteAccepted { .. }) {
+                    accepted += 1;
+                    history.accepted(&e.who);
+                } else {
+                    rejected += 1;
+                    history.rejected(&e.who);
+                }
+                if let Some(k) = open.iter().position(|(w, _)| *w == e.who) {
+                    let (who, from) = open.remove(k);
+                    work.push((who, from, e.at_us));
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut overlap_us = 0;
+    for (i, (a, a0, a1)) in work.iter().enumerate() {
+        for (b, b0, b1) in &work[i + 1..] {
+            if a != b {
+                overlap_us = overlap_us.max(a1.min(b1).saturating_sub(*a0.max(b0)));
+            }
+        }
+    }
+    TrialVerdict {
+        acquisitions,
+        accepted,
+        rejected,
+        lost: accepted.saturating_sub(record.final_value),
+        overlap_us,
+        lease_order: storage_in_lease_order(&history),
+        validation: validate(&record.trace, replay),
+    }
+}
+
+/// The totals of a campaign.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Totals {
+    /// Trials judged.
+    pub trials: usize,
+    /// Grants in all.
+    pub acquisitions: usize,
+    /// Increments accepted.
+    pub accepted: u64,
+    /// Writes rejected as stale.
+    pub rejected: u64,
+    /// Increments lost.
+    pub lost: u64,
+    /// Trials whose history broke `storage_in_lease_order`.
+    pub out_of_order: usize,
+    /// Trials whose trace the model explains.
+    pub explained: usize,
+    /// The longest overlap of two workers' work (µs).
+    pub max_overlap_us: u64,
+    /// Trials that broke anything.
+    pub violated: usize,
+}
+
+impl Totals {
+    /// Adds one trial's verdict.
+    pub fn add(&mut self, v: &TrialVerdict) {
+        self.trials += 1;
+        self.acquisitions += v.acquisitions;
+        self.accepted += v.accepted;
+        self.rejected += v.rejected;
+        self.lost += v.lost;
+        self.out_of_order += usize::from(v.lease_order.is_err());
+        self.explained += usize::from(v.validation.is_ok());
+        self.max_overlap_us = self.max_overlap_us.max(v.overlap_us);
+        self.violated += usize::from(v.violated());
+    }
+}
+
+impl fmt::Display for Totals {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.trials;
+        writeln!(f, "trials                 {n}")?;
+        writeln!(f, "acquisitions           {}", self.acquisitions)?;
+        writeln!(f, "writes accepted        {}", self.accepted)?;
+        writeln!(f, "writes rejected        {}", self.rejected)?;
+        writeln!(f, "increments lost        {}", self.lost)?;
+        let held = n - self.out_of_order;
+        writeln!(f, "storage_in_lease_order held in {held} of {n} trials")?;
+        writeln!(
+            f,
+            "trace validation       {} of {n} traces explained by the model",
+            self.explained
+        )?;
+        writeln!(
+            f,
+            "work overlap           {} ms at most (two holders' grant-to-answer, from their records)",
+            self.max_overlap_us / 1000
+        )?;
+        write!(f, "trials violated        {}", self.violated)
+    }
+}
+
+/// The index of the trial to show: the one that lost most increments, then the one with most
+/// rejected writes, then the one with the longest overlap.
+pub fn worst(verdicts: &[TrialVerdict]) -> Option<usize> {
+    (0..verdicts.len()).max_by_key(|&i| {
+        let v = &verdicts[i];
+        (v.violated(), v.lost, v.rejected, v.overlap_us)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::{FencePolicy, Token};
+    use std::time::Duration;
+
+    fn story(late_write_stored: bool) -> TrialRecord {
+        let (t1, t2) = (Token::new(1), Token::new(2));
+        let mut tr = Trace::new();
+        tr.record(0, "w1", Observed::AcquireSent);
+        tr.record(1_000, "w1", Observed::Granted { token: t1 });
+        // w1 is paused before it writes; its lease (50 ms) runs out; w2 takes over.
+        tr.record(60_000, "w2", Observed::AcquireSent);
+        tr.record(61_000, "w2", Observed::Granted { token: t2 });
+        tr.record(62_000, "w2", Observed::WriteSent { token: t2 });
+        tr.record(63_000, "w2", Observed::WriteAccepted { token: t2 });
+        tr.record(89_500, "w1", Observed::WriteSent { token: t1 });
+        if late_write_stored {
+            tr.record(90_000, "w1", Observed::WriteAccepted { token: t1 });
+        } else {
+            let rejected = Observed::WriteRejected {
+                token: t1,
+                highest: t2,
+            };
+            tr.record(90_000, "w1", rejected);
+        }
+        TrialRecord {
+            trace: tr,
+            final_value: 1,
+            pauses: vec![("w1".into(), 2_500, 89_000)],
+        }
+    }
+
+    #[test]
+    fn a_fenced_trial_holds_and_the_unfenced_one_is_caught_three_ways() {
+        let ttl = Duration::from_millis(50);
+        let fenced = judge(&story(false), &Replay::new(ttl, FencePolicy::Fenced));
+        assert_eq!(
+            (
+                fenced.acquisitions,
+                fenced.accepted,
+                fenced.rejected,
+                fenced.lost
+            ),
+            (2, 1, 1, 0)
+        );
+        assert_eq!(
+            fenced.overlap_us, 2_000,
+            "w2's work (61-63 ms) inside w1's (1-90 ms)"
+        );
+        assert!(!fenced.violated(), "{fenced:?}");
+
+        // The late write stored: an increment lost, the lease order broken; and as a fenced
+        // store's trace the model cannot explain it.
+        let unfenced = judge(&story(true), &Replay::new(ttl, FencePolicy::Fenced));
+        assert_eq!((unfenced.accepted, unfenced.lost), (2, 1));
+        assert!(unfenced.lease_order.is_err());
+        assert!(unfenced.validation.is_err());
+        assert!(unfenced.violated());
+
+        let mut totals = Totals::default();
+        totals.add(&fenced);
+        totals.add(&unfenced);
+        assert_eq!(
+            (
+                totals.trials,
+                totals.acquisitions,
+                totals.accepted,
+                totals.rejected,
+                totals.lost
+            ),
+            (2, 4, 3, 1, 1)
+        );
+        assert_eq!(
+            (totals.out_of_order, totals.explained, totals.violated),
+            (1, 1, 1)
+        );
+        assert_eq!(totals.max_overlap_us, 2_000);
+        let text = totals.to_string();
+        assert!(text.contains("increments lost        1\n"), "{text}");
+        assert!(text.contains("storage_in_lease_order held in 1 of 2 trials"));
+        assert!(text.contains("1 of 2 traces explained"));
+        assert!(text.ends_with("trials violated        1"));
+        assert_eq!(worst(&[fenced.clone(), unfenced, fenced]), Some(1));
+        assert_eq!(worst(&[]), None);
+    }
+}
