@@ -12,12 +12,14 @@ use common::faults;
 use fencecheck::backend::LockSpec;
 use fencecheck::backend::{
     Acquired, BackendError, EtcdLock, EtcdOptions, FencedStorage, LocalFencedMap, LockService,
+    Recorder, TracedStore,
 };
+use fencecheck::check::trace::{validate, Replay};
 use fencecheck::protocol::{one_leader_per_term, FencePolicy, History, Token};
 use fencecheck_testkit::{signal, started_or_skip, EtcdCluster, FreezableProxy};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 const TTL: Duration = Duration::from_secs(1);
@@ -171,7 +173,7 @@ async fn bad_input_and_unreachable_clusters_are_clear_errors() {
 
 /// Acquires and releases, retrying a call that failed because it reached a dead or stopped
 /// member (as a client must); returns the token and how many attempts failed.
-async fn acquire_release(lock: &EtcdLock) -> (u64, usize) {
+async fn acquire_release<L: LockService>(lock: &L) -> (u64, usize) {
     let mut failures = 0;
     loop {
         match lock.acquire("w", Duration::from_secs(5)).await {
@@ -201,9 +203,9 @@ async fn acquire_release(lock: &EtcdLock) -> (u64, usize) {
 
 /// One round of a fault trial: acquire (retrying calls that hit a dead member), write to fenced
 /// storage with the token, release; recorded in `history`.
-async fn fenced_round(
-    lock: &EtcdLock,
-    store: &LocalFencedMap,
+async fn fenced_round<L: LockService>(
+    lock: &L,
+    store: &TracedStore<LocalFencedMap>,
     history: &mut History,
     who: &str,
 ) -> usize {
@@ -232,10 +234,13 @@ async fn the_lock_works_through_leader_kills_and_stopped_members() {
         connect_timeout: Duration::from_millis(500),
         request_timeout: Duration::from_millis(500),
     };
+    let recorder = Recorder::new();
     let lock = EtcdLock::connect_with(&etcd.endpoints(), "faults", TTL, options)
         .await
         .unwrap();
-    let store = LocalFencedMap::new(FencePolicy::Fenced);
+    let lock = recorder.lock(lock);
+    // The rounds all act as one client, "w" (the lock's owner name).
+    let store = recorder.store(Arc::new(LocalFencedMap::new(FencePolicy::Fenced)), "w");
     let mut history = History::new();
     let mut failed = 0;
     // kill -9 the leader; the other two elect a new one; the lock keeps working; restart it.
@@ -255,9 +260,16 @@ async fn the_lock_works_through_leader_kills_and_stopped_members() {
     }
     // Every round's write landed, in lease order, with a token larger than the last.
     every_round_served_in_order(&history, 2 * FAULT_TRIALS);
+    // What the client saw, failed calls included, is a behaviour of the model.
+    let trace = recorder.trace();
+    let replay = Replay::new(lock.ttl().granted(), FencePolicy::Fenced);
+    let explained = validate(&trace, &replay).unwrap_or_else(|e| panic!("{e}"));
     eprintln!(
         "{FAULT_TRIALS} leader kills and {FAULT_TRIALS} stopped members: every round served, \
-         tokens increasing, storage in lease order; {failed} calls retried by the caller"
+         tokens increasing, storage in lease order, the trace ({} events, {} grants) explained by the model; \
+         {failed} calls retried by the caller",
+        explained.events,
+        explained.grants
     );
 }
 

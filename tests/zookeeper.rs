@@ -12,8 +12,9 @@ use common::contract::{
 use common::faults;
 use fencecheck::backend::LockSpec;
 use fencecheck::backend::{
-    Acquired, FencedStorage, LocalFencedMap, LockService, ZkElection, ZkLock, ZkOptions,
+    Acquired, FencedStorage, LocalFencedMap, LockService, Recorder, ZkElection, ZkLock, ZkOptions,
 };
+use fencecheck::check::trace::{validate, Replay};
 use fencecheck::protocol::{one_leader_per_term, FencePolicy, History, Token};
 use fencecheck_testkit::{
     signal, started_or_skip, FreezableProxy, ServerError, TempDir, ZkCluster,
@@ -267,12 +268,14 @@ async fn curators_mutex_and_ours_exclude_each_other() {
 
 /// One round: acquire (retrying a call that failed while the ensemble lost its leader, as a
 /// client must), write to fenced storage with the token, release. Returns the failed calls.
-async fn fenced_round(
-    lock: &ZkLock,
-    store: &LocalFencedMap,
+async fn fenced_round<L: LockService>(
+    lock: &L,
+    store: &Arc<LocalFencedMap>,
+    recorder: &Recorder,
     history: &mut History,
     who: &str,
 ) -> usize {
+    let store = recorder.store(store.clone(), who);
     let mut failures = 0;
     let grant = loop {
         match lock.acquire(who, Duration::from_secs(10)).await {
@@ -315,17 +318,20 @@ async fn the_lock_works_through_leader_kills_and_stopped_servers() {
         return;
     };
     // Sessions must outlive a leader election (they are not expired while there is no leader).
+    let recorder = Recorder::new();
     let lock = ZkLock::connect(&zk.connect_string(), "faults", Duration::from_secs(4))
         .await
         .unwrap();
-    let store = LocalFencedMap::new(FencePolicy::Fenced);
+    let lock = recorder.lock(lock);
+    let store = Arc::new(LocalFencedMap::new(FencePolicy::Fenced));
     let mut history = History::new();
     let mut failed = 0;
     // kill -9 the leader: the other two elect a new one and the lock keeps working; restart it.
     for trial in 0..LEADER_KILLS {
         let leader = zk.leader().expect("a leader");
         zk.kill9(leader);
-        failed += fenced_round(&lock, &store, &mut history, &format!("kill-{trial}")).await;
+        let who = format!("kill-{trial}");
+        failed += fenced_round(&lock, &store, &recorder, &mut history, &who).await;
         zk.restart(leader).unwrap();
     }
     // SIGSTOP one server (a slow or partitioned node): the majority still serves the lock.
@@ -333,13 +339,21 @@ async fn the_lock_works_through_leader_kills_and_stopped_servers() {
         let server = trial % zk.size();
         let pid = zk.pid(server).unwrap();
         signal(pid, libc::SIGSTOP).unwrap();
-        failed += fenced_round(&lock, &store, &mut history, &format!("stop-{trial}")).await;
+        let who = format!("stop-{trial}");
+        failed += fenced_round(&lock, &store, &recorder, &mut history, &who).await;
         signal(pid, libc::SIGCONT).unwrap();
     }
     every_round_served_in_order(&history, 2 * LEADER_KILLS);
+    // What the clients saw, failed calls included, is a behaviour of the model.
+    let trace = recorder.trace();
+    let replay = Replay::new(lock.ttl().granted(), FencePolicy::Fenced);
+    let explained = validate(&trace, &replay).unwrap_or_else(|e| panic!("{e}"));
     eprintln!(
         "{LEADER_KILLS} leader kills and {LEADER_KILLS} stopped servers: every round served, \
-         tokens increasing, storage in lease order; {failed} calls retried by the caller"
+         tokens increasing, storage in lease order, the trace ({} events, {} grants) explained by the model; \
+         {failed} calls retried by the caller",
+        explained.events,
+        explained.grants
     );
 }
 

@@ -252,7 +252,23 @@ impl Search<'_> {
             return None;
         }
         let at = self.events[i].at_us;
-        // Handle a request in flight before this event (another client's, in any order).
+        // The event as things stand: the lazy placement, tried first (a request that was never
+        // answered stays unhandled unless something needs it).
+        match self.consume(i, &w) {
+            Ok(nexts) => {
+                for next in nexts {
+                    if self.explore(i + 1, next)? {
+                        return Some(true);
+                    }
+                }
+            }
+            Err(reason) => {
+                if self.deepest.as_ref().is_none_or(|(d, _, _)| i >= *d) {
+                    self.deepest = Some((i, reason, self.describe(&w)));
+                }
+            }
+        }
+        // Or handle a request in flight before this event (another client's, in any order).
         for k in 0..w.pending.len() {
             if w.pending[k].answer.is_some() {
                 continue;
@@ -263,22 +279,7 @@ impl Search<'_> {
                 }
             }
         }
-        match self.consume(i, &w) {
-            Ok(nexts) => {
-                for next in nexts {
-                    if self.explore(i + 1, next)? {
-                        return Some(true);
-                    }
-                }
-                Some(false)
-            }
-            Err(reason) => {
-                if self.deepest.as_ref().is_none_or(|(d, _, _)| i >= *d) {
-                    self.deepest = Some((i, reason, self.describe(&w)));
-                }
-                Some(false)
-            }
-        }
+        Some(false)
     }
 
     /// The worlds after the service (or storage) handles pending request `k` at a moment no
