@@ -332,7 +332,8 @@ impl Search<'_> {
                 let msg = match req {
                     Req::Acquire => Msg::Acquire,
                     Req::Renew(token) => Msg::Renew { token, epoch: 0 },
-                    Req::Release(token) | Req::Write(token) => Msg::Release { token },
+                    Req::Release(token) => Msg::Release { token },
+                    Req::Write(_) => unreachable!("writes go to the storage, above"),
                 };
                 let clock = (t, self.replay.ttl_us);
                 let changed = serve(None, Busy::Refuse, clock, &w.table, 0, src, msg, &mut o);
