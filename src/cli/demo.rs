@@ -2,6 +2,7 @@
 //! lock or on Redis, etcd or ZooKeeper, with PostgreSQL, Redis or in-memory storage.
 
 use super::run::ServerArgs;
+use super::servers::Started;
 use super::UsageError;
 use clap::{Args, ValueEnum};
 use fencecheck::backend::{
@@ -9,7 +10,6 @@ use fencecheck::backend::{
     LockSpec, PgFencedStore, RedisFencedStore, RedisOptions, WriteOutcome,
 };
 use fencecheck::protocol::FencePolicy;
-use fencecheck_testkit::{EtcdCluster, PgServer, RedisServer, ZkCluster};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -59,15 +59,6 @@ pub(super) struct DemoArgs {
     pg_url: Option<String>,
 }
 
-/// Servers the demo started; stopped when dropped.
-#[derive(Default)]
-struct Started {
-    redis: Option<RedisServer>,
-    pg: Option<PgServer>,
-    etcd: Option<EtcdCluster>,
-    zk: Option<ZkCluster>,
-}
-
 pub(super) fn run(args: DemoArgs) -> Result<ExitCode, UsageError> {
     if !(10..=10_000).contains(&args.ttl_ms) {
         return Err(UsageError(format!(
@@ -94,53 +85,23 @@ pub(super) fn run(args: DemoArgs) -> Result<ExitCode, UsageError> {
     let need_redis = args.backend == DemoBackend::Redis || store == DemoStore::Redis;
     let redis_url = match (&args.servers.redis_url, need_redis) {
         (Some(url), _) => Some(url.clone()),
-        (None, true) => {
-            let server = RedisServer::start(false).map_err(|e| UsageError(e.to_string()))?;
-            println!(
-                "started a throwaway redis-server on 127.0.0.1:{}",
-                server.port()
-            );
-            let url = server.url();
-            started.redis = Some(server);
-            Some(url)
-        }
+        (None, true) => Some(started.redis()?),
         (None, false) => None,
     };
     let endpoints: Vec<String> = match (&args.servers.endpoints, args.backend == DemoBackend::Etcd)
     {
         (Some(list), _) => parse_endpoints(list),
-        (None, true) => {
-            let cluster = EtcdCluster::start(1).map_err(|e| UsageError(e.to_string()))?;
-            println!("started a throwaway etcd on {}", cluster.endpoints()[0]);
-            let endpoints = cluster.endpoints();
-            started.etcd = Some(cluster);
-            endpoints
-        }
+        (None, true) => started.etcd()?,
         (None, false) => Vec::new(),
     };
     let zk = match (&args.servers.zk, args.backend == DemoBackend::Zookeeper) {
         (Some(connect), _) => connect.clone(),
-        (None, true) => {
-            let server = ZkCluster::start(1).map_err(|e| UsageError(e.to_string()))?;
-            println!("started a throwaway ZooKeeper on {}", server.address(0));
-            let connect = server.connect_string();
-            started.zk = Some(server);
-            connect
-        }
+        (None, true) => started.zk()?,
         (None, false) => String::new(),
     };
     let pg_url = match (&args.pg_url, store == DemoStore::Postgres) {
         (Some(url), _) => Some(url.clone()),
-        (None, true) => {
-            let server = PgServer::start().map_err(|e| UsageError(e.to_string()))?;
-            println!(
-                "started a throwaway PostgreSQL on 127.0.0.1:{}",
-                server.port()
-            );
-            let url = server.url();
-            started.pg = Some(server);
-            Some(url)
-        }
+        (None, true) => Some(started.pg()?),
         (None, false) => None,
     };
     let rt = tokio::runtime::Builder::new_current_thread()

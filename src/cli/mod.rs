@@ -10,6 +10,8 @@ mod report;
 #[cfg(feature = "backends")]
 mod run;
 #[cfg(feature = "backends")]
+mod servers;
+#[cfg(feature = "backends")]
 mod torture;
 
 use clap::{Args, Parser, Subcommand};

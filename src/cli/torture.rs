@@ -5,13 +5,14 @@
 //! lost, `storage_in_lease_order` and trace validation against the model (`check::campaign`).
 
 use super::run::{Backend, ServerArgs};
+use super::servers::Started;
 use super::{write_file, UsageError};
 use clap::{Args, ValueEnum};
 use fencecheck::backend::{connect, FencedStorage, LockService, LockSpec, PgFencedStore};
 use fencecheck::check::campaign::{judge, worst, Totals, TrialRecord, TrialVerdict};
 use fencecheck::check::trace::Replay;
 use fencecheck::protocol::{FencePolicy, Observed, Token, Trace};
-use fencecheck_testkit::{signal, EtcdCluster, PgServer, RedisServer, ZkCluster};
+use fencecheck_testkit::signal;
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitCode, Stdio};
@@ -115,19 +116,6 @@ fn check_range(
     )))
 }
 
-fn failed(e: impl std::fmt::Display) -> UsageError {
-    UsageError(e.to_string())
-}
-
-/// Servers the campaign started; stopped when dropped.
-#[derive(Default)]
-struct Started {
-    _redis: Option<RedisServer>,
-    _etcd: Option<EtcdCluster>,
-    _zk: Option<ZkCluster>,
-    _pg: Option<PgServer>,
-}
-
 pub(super) fn run(args: TortureArgs) -> Result<ExitCode, UsageError> {
     check_range("--trials", args.trials.into(), 1..=10_000)?;
     check_range("--workers", args.workers.into(), 2..=16)?;
@@ -137,38 +125,20 @@ pub(super) fn run(args: TortureArgs) -> Result<ExitCode, UsageError> {
     let spec = match args.servers.given(args.backend) {
         Some(spec) => spec,
         None => match args.backend {
-            Backend::Redis => {
-                let s = RedisServer::start(false).map_err(failed)?;
-                eprintln!("started a throwaway redis-server on 127.0.0.1:{}", s.port());
-                let url = s.url();
-                started._redis = Some(s);
-                LockSpec::Redis { url }
-            }
-            Backend::Etcd => {
-                let c = EtcdCluster::start(1).map_err(failed)?;
-                eprintln!("started a throwaway etcd on {}", c.endpoints()[0]);
-                let endpoints = c.endpoints();
-                started._etcd = Some(c);
-                LockSpec::Etcd { endpoints }
-            }
-            Backend::Zookeeper => {
-                let z = ZkCluster::start(1).map_err(failed)?;
-                eprintln!("started a throwaway ZooKeeper on {}", z.address(0));
-                let connect = z.connect_string();
-                started._zk = Some(z);
-                LockSpec::Zookeeper { connect }
-            }
+            Backend::Redis => LockSpec::Redis {
+                url: started.redis()?,
+            },
+            Backend::Etcd => LockSpec::Etcd {
+                endpoints: started.etcd()?,
+            },
+            Backend::Zookeeper => LockSpec::Zookeeper {
+                connect: started.zk()?,
+            },
         },
     };
     let pg_url = match &args.pg_url {
         Some(url) => url.clone(),
-        None => {
-            let s = PgServer::start().map_err(failed)?;
-            eprintln!("started a throwaway PostgreSQL on 127.0.0.1:{}", s.port());
-            let url = s.url();
-            started._pg = Some(s);
-            url
-        }
+        None => started.pg()?,
     };
     let policy = if args.no_fence {
         FencePolicy::AcceptAll
