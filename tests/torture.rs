@@ -1,11 +1,46 @@
-//! `fencecheck torture` on real servers it starts itself: a short campaign per backend (worker
-//! processes adding to a PostgreSQL counter under the lease, one SIGSTOPped past its lease per
-//! trial) keeps every increment, the lease order and a trace the model explains; the unfenced
+//! `fencecheck torture` on real servers: a short campaign per backend (worker processes adding
+//! to a PostgreSQL counter under the lease; per trial one fault by turns: a holder SIGSTOPped
+//! past its lease, cut off from the lock service and the database by its proxies, the lock
+//! server killed and restarted, a worker's clock at a quarter speed) keeps every increment, the
+//! lease order, a trace the model explains and a linearizable register history; the unfenced
 //! control loses increments and exits 1.
 #![cfg(feature = "backends")]
 
-use fencecheck_testkit::{started_or_skip, EtcdCluster, PgServer, RedisServer, ZkCluster};
+use fencecheck_testkit::{
+    find_on_path, postgres_installed, servers_required, started_or_skip, PgServer, ZkCluster,
+};
 use std::process::Command;
+
+/// Every nemesis.
+const ALL: &str = "pause,stall,kill-server,clock-skew";
+
+/// Whether the servers torture would start (`server`, PostgreSQL) and libfaketime (for
+/// clock-skew) are installed; says so loudly when not (and fails under
+/// FENCECHECK_REQUIRE_SERVERS=1).
+fn servers_present(test: &str, server: &str) -> bool {
+    let faketime = ["/usr/lib/x86_64-linux-gnu/faketime", "/usr/lib/faketime"]
+        .iter()
+        .any(|d| std::path::Path::new(d).exists());
+    let missing: Vec<&str> = [
+        (server, find_on_path(server).is_some()),
+        ("postgresql", postgres_installed()),
+        ("libfaketime", faketime),
+    ]
+    .into_iter()
+    .filter(|(_, present)| !present)
+    .map(|(name, _)| name)
+    .collect();
+    if missing.is_empty() {
+        return true;
+    }
+    assert!(
+        !servers_required(),
+        "{test}: {} not installed and FENCECHECK_REQUIRE_SERVERS is set",
+        missing.join(", ")
+    );
+    eprintln!("SKIPPED {test}: {} not installed", missing.join(", "));
+    false
+}
 
 /// Runs `fencecheck torture ARGS`; returns its exit code and its output.
 fn torture(args: &[&str]) -> (i32, String) {
@@ -48,33 +83,54 @@ fn campaign_keeps_every_increment(backend: &str, flags: &[&str], trials: u64) {
     assert!(out.contains(&format!(
         "{trials} of {trials} traces explained by the model"
     )));
+    assert!(out.contains(&format!(
+        "{trials} of {trials} register histories linearizable"
+    )));
     let md = std::fs::read_to_string(dir.join("torture.md")).unwrap();
     assert_eq!(md.matches("| explained (").count() as u64, trials, "{md}");
+    assert_eq!(md.matches("| linearizable (").count() as u64, trials);
+    // Every nemesis asked for struck at least once.
+    for (nemesis, drawn) in [
+        ("pause", "paused (SIGSTOP)"),
+        ("stall", "stalled (cut off"),
+        ("kill-server", "killed (kill -9) and restarted"),
+        ("clock-skew", "clock at a quarter speed"),
+    ] {
+        if flags.iter().any(|f| f.contains(nemesis)) {
+            assert!(
+                md.contains(drawn),
+                "no {nemesis} trial in the report:\n{md}"
+            );
+        }
+    }
     let svg = std::fs::read_to_string(dir.join("worst-trial.svg")).unwrap();
-    assert!(svg.contains("paused"), "the worst trial's pause is drawn");
+    assert!(
+        svg.contains("fill=\"#ccc\""),
+        "the worst trial's fault is drawn"
+    );
+    let html = std::fs::read_to_string(dir.join("torture.html")).unwrap();
+    assert!(html.starts_with("<!DOCTYPE html>") && html.contains("<svg"));
 }
 
 #[test]
 fn a_fenced_campaign_on_redis_keeps_every_increment_and_the_unfenced_control_loses_some() {
-    let Some(redis) = started_or_skip("torture (redis)", RedisServer::start(false)) else {
+    // Servers torture starts itself (a persistent Redis, so it may be killed).
+    if !servers_present("torture (redis)", "redis-server") {
         return;
-    };
-    let Some(pg) = started_or_skip("torture (redis, postgres)", PgServer::start()) else {
-        return;
-    };
-    let (url, pg_url) = (redis.url(), pg.url());
-    let flags = ["--redis-url", &url, "--pg-url", &pg_url, "--ttl-ms", "200"];
+    }
+    let flags = ["--ttl-ms", "200", "--nemesis", ALL];
     campaign_keeps_every_increment("redis", &flags, 20);
 
-    // The control: the same campaign writing without the token, on servers torture starts
-    // itself.
+    // The control: the same campaign writing without the token.
     let (code, out) = torture(&[
         "--backend",
         "redis",
         "--ttl-ms",
         "200",
         "--trials",
-        "6",
+        "8",
+        "--nemesis",
+        ALL,
         "--no-fence",
     ]);
     assert_eq!(code, 1, "the unfenced control must fail");
@@ -84,24 +140,12 @@ fn a_fenced_campaign_on_redis_keeps_every_increment_and_the_unfenced_control_los
 
 #[test]
 fn a_fenced_campaign_on_etcd_keeps_every_increment() {
-    let Some(etcd) = started_or_skip("torture (etcd)", EtcdCluster::start(3)) else {
+    // A 3-member cluster torture starts itself (so it may kill the leader).
+    if !servers_present("torture (etcd)", "etcd") {
         return;
-    };
-    let Some(pg) = started_or_skip("torture (etcd, postgres)", PgServer::start()) else {
-        return;
-    };
-    let (endpoints, pg_url) = (etcd.endpoints().join(","), pg.url());
+    }
     // etcd leases count whole seconds.
-    let flags = [
-        "--endpoints",
-        &endpoints,
-        "--pg-url",
-        &pg_url,
-        "--ttl-ms",
-        "1000",
-        "--increments",
-        "2",
-    ];
+    let flags = ["--ttl-ms", "1000", "--increments", "2", "--nemesis", ALL];
     campaign_keeps_every_increment("etcd", &flags, 20);
 }
 
@@ -123,6 +167,8 @@ fn a_fenced_campaign_on_zookeeper_keeps_every_increment() {
         "400",
         "--increments",
         "2",
+        "--nemesis",
+        "pause,clock-skew",
     ];
     campaign_keeps_every_increment("zookeeper", &flags, 20);
 }
@@ -136,6 +182,16 @@ fn bad_campaign_settings_are_one_line_errors() {
         (
             vec!["--increments", "101"],
             "--increments 101: expected 1 to 100",
+        ),
+        (
+            vec![
+                "--redis-url",
+                "redis://127.0.0.1:1",
+                "--nemesis",
+                "kill-server",
+            ],
+            "--nemesis kill-server kills only servers torture starts itself: leave out \
+             --redis-url/--endpoints/--zk, or the kill-server nemesis",
         ),
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_fencecheck"))

@@ -579,9 +579,29 @@ impl LockService for ZkLock {
         let (node, czxid, mut contenders) = self.enqueue(&client, owner).await?;
         let token = super::server_token(BACKEND, "acquire", czxid)?;
         let mut sent_at = sent_at;
+        let mut waited = false;
         loop {
             let below = match position(&contenders, name_of(&node)) {
                 Position::First => {
+                    if waited {
+                        // First after waiting, but the list may come from a server behind the
+                        // leader, and our session may have expired meanwhile (a leader change,
+                        // a pause): after a sync, our node must still be there under our
+                        // session, and the grant's TTL starts from that check.
+                        let sent = Instant::now();
+                        self.call("acquire", true, || client.sync(&node)).await?;
+                        let stat = self
+                            .call("acquire", true, || client.check_stat(&node))
+                            .await?;
+                        if stat.is_none_or(|s| s.ephemeral_owner != session) {
+                            return Err(BackendError::unexpected(
+                                BACKEND,
+                                "acquire",
+                                "our lock node vanished while waiting in line (session expired?)",
+                            ));
+                        }
+                        sent_at = sent;
+                    }
                     return Ok(Some(self.granted(owner, node, token, session, sent_at)));
                 }
                 // Watch only the node just below ours.
@@ -615,6 +635,7 @@ impl LockService for ZkLock {
                 ));
             };
             sent_at = sent;
+            waited = true;
             contenders = self::contenders(self.children(&client).await?);
         }
     }

@@ -5,9 +5,23 @@
 //! `storage_in_lease_order` over its history, and by replaying its trace through the model
 //! ([`super::trace::validate`]).
 
+use super::linearize::{self, Checked, NotLinearizable, Operation};
 use super::trace::{validate, Replay, TraceError, Validated};
 use crate::protocol::{storage_in_lease_order, History, HistoryError, Observed, Trace};
 use std::fmt;
+
+/// A fault the nemesis injected, on the trace's clock.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fault {
+    /// The worker it struck, or `server` for the lock service.
+    pub who: String,
+    /// What it was, in a few words (`paused`, `stalled`, `killed and restarted`, ...).
+    pub what: String,
+    /// When it began (µs).
+    pub from_us: u64,
+    /// When it ended (µs).
+    pub to_us: u64,
+}
 
 /// What one trial recorded.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -16,8 +30,12 @@ pub struct TrialRecord {
     pub trace: Trace,
     /// The counter's value read back after the trial.
     pub final_value: u64,
-    /// The pauses the nemesis injected: (worker, from µs, to µs) on the trace's clock.
-    pub pauses: Vec<(String, u64, u64)>,
+    /// The faults the nemesis injected.
+    pub faults: Vec<Fault>,
+    /// The counter as a fenced register: every write the workers sent (the value they wrote,
+    /// their token, when it was sent and answered) and the read of the final value, for
+    /// [`linearize::check`].
+    pub register: Vec<Operation<u64>>,
 }
 
 /// The verdict on one trial.
@@ -40,13 +58,18 @@ pub struct TrialVerdict {
     pub lease_order: Result<(), HistoryError>,
     /// The trace replayed through the model.
     pub validation: Result<Validated, TraceError>,
+    /// The register history checked for linearizability.
+    pub linearizable: Result<Checked, NotLinearizable<u64>>,
 }
 
 impl TrialVerdict {
     /// Whether the trial broke anything: an increment lost, a write stored out of lease order,
-    /// or a trace the model cannot explain.
+    /// a trace the model cannot explain, or a register history that cannot be linearized.
     pub fn violated(&self) -> bool {
-        self.lost > 0 || self.lease_order.is_err() || self.validation.is_err()
+        self.lost > 0
+            || self.lease_order.is_err()
+            || self.validation.is_err()
+            || self.linearizable.is_err()
     }
 }
 
@@ -64,7 +87,7 @@ impl TrialVerdict {
 /// trace.record(100, "w1", Observed::Granted { token: t });
 /// trace.record(200, "w1", Observed::WriteSent { token: t });
 /// trace.record(300, "w1", Observed::WriteAccepted { token: t });
-/// let record = TrialRecord { trace, final_value: 1, pauses: vec![] };
+/// let record = TrialRecord { trace, final_value: 1, faults: vec![], register: vec![] };
 /// let verdict = judge(&record, &Replay::new(Duration::from_millis(50), FencePolicy::Fenced));
 /// assert_eq!((verdict.accepted, verdict.lost), (1, 0));
 /// assert!(!verdict.violated());
@@ -115,6 +138,7 @@ pub fn judge(record: &TrialRecord, replay: &Replay) -> TrialVerdict {
         overlap_us,
         lease_order: storage_in_lease_order(&history),
         validation: validate(&record.trace, replay),
+        linearizable: linearize::check(&record.register),
     }
 }
 
@@ -135,6 +159,8 @@ pub struct Totals {
     pub out_of_order: usize,
     /// Trials whose trace the model explains.
     pub explained: usize,
+    /// Trials whose register history is linearizable.
+    pub linearizable: usize,
     /// The longest overlap of two workers' work (µs).
     pub max_overlap_us: u64,
     /// Trials that broke anything.
@@ -151,6 +177,7 @@ impl Totals {
         self.lost += v.lost;
         self.out_of_order += usize::from(v.lease_order.is_err());
         self.explained += usize::from(v.validation.is_ok());
+        self.linearizable += usize::from(v.linearizable.is_ok());
         self.max_overlap_us = self.max_overlap_us.max(v.overlap_us);
         self.violated += usize::from(v.violated());
     }
@@ -173,6 +200,11 @@ impl fmt::Display for Totals {
         )?;
         writeln!(
             f,
+            "linearizability        {} of {n} register histories linearizable",
+            self.linearizable
+        )?;
+        writeln!(
+            f,
             "work overlap           {} ms at most (two holders' grant-to-answer, from their records)",
             self.max_overlap_us / 1000
         )?;
@@ -192,6 +224,7 @@ pub fn worst(verdicts: &[TrialVerdict]) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::check::linearize::{Answer, Call};
     use crate::protocol::{FencePolicy, Token};
     use std::time::Duration;
 
@@ -215,15 +248,44 @@ mod tests {
             };
             tr.record(90_000, "w1", rejected);
         }
+        // The same story as register operations: w2's write, w1's late one, the final read.
+        let w = |token: Token, invoked, completed| Operation {
+            key: 0,
+            call: Call::Write { token, value: 1 },
+            invoked,
+            completed: Some(completed),
+        };
+        let w1_answer = if late_write_stored {
+            Answer::Accepted
+        } else {
+            Answer::Stale { highest: t2 }
+        };
+        let last = if late_write_stored { t1 } else { t2 };
+        let register = vec![
+            w(t2, 62_000, (63_000, Answer::Accepted)),
+            w(t1, 89_500, (90_000, w1_answer)),
+            Operation {
+                key: 0,
+                call: Call::Read,
+                invoked: 91_000,
+                completed: Some((91_001, Answer::Read(Some((last, 1))))),
+            },
+        ];
         TrialRecord {
             trace: tr,
             final_value: 1,
-            pauses: vec![("w1".into(), 2_500, 89_000)],
+            faults: vec![Fault {
+                who: "w1".into(),
+                what: "paused".into(),
+                from_us: 2_500,
+                to_us: 89_000,
+            }],
+            register,
         }
     }
 
     #[test]
-    fn a_fenced_trial_holds_and_the_unfenced_one_is_caught_three_ways() {
+    fn a_fenced_trial_holds_and_the_unfenced_one_is_caught_four_ways() {
         let ttl = Duration::from_millis(50);
         let fenced = judge(&story(false), &Replay::new(ttl, FencePolicy::Fenced));
         assert_eq!(
@@ -241,13 +303,27 @@ mod tests {
         );
         assert!(!fenced.violated(), "{fenced:?}");
 
-        // The late write stored: an increment lost, the lease order broken; and as a fenced
-        // store's trace the model cannot explain it.
+        assert_eq!(fenced.linearizable.as_ref().map(|c| c.operations), Ok(3));
+
+        // The late write stored: an increment lost, the lease order broken; as a fenced store's
+        // trace the model cannot explain it, and as a fenced register it cannot be linearized.
         let unfenced = judge(&story(true), &Replay::new(ttl, FencePolicy::Fenced));
         assert_eq!((unfenced.accepted, unfenced.lost), (2, 1));
         assert!(unfenced.lease_order.is_err());
         assert!(unfenced.validation.is_err());
+        assert!(unfenced.linearizable.is_err());
         assert!(unfenced.violated());
+        // Each of the four alone makes a trial violated.
+        for broken in 0..4 {
+            let mut v = fenced.clone();
+            match broken {
+                0 => v.lost = 1,
+                1 => v.lease_order = unfenced.lease_order.clone(),
+                2 => v.validation = unfenced.validation.clone(),
+                _ => v.linearizable = unfenced.linearizable.clone(),
+            }
+            assert!(v.violated(), "{broken}");
+        }
 
         let mut totals = Totals::default();
         totals.add(&fenced);
@@ -263,14 +339,20 @@ mod tests {
             (2, 4, 3, 1, 1)
         );
         assert_eq!(
-            (totals.out_of_order, totals.explained, totals.violated),
-            (1, 1, 1)
+            (
+                totals.out_of_order,
+                totals.explained,
+                totals.linearizable,
+                totals.violated
+            ),
+            (1, 1, 1, 1)
         );
         assert_eq!(totals.max_overlap_us, 2_000);
         let text = totals.to_string();
         assert!(text.contains("increments lost        1\n"), "{text}");
         assert!(text.contains("storage_in_lease_order held in 1 of 2 trials"));
         assert!(text.contains("1 of 2 traces explained"));
+        assert!(text.contains("1 of 2 register histories linearizable"));
         assert!(text.ends_with("trials violated        1"));
         assert_eq!(worst(&[fenced.clone(), unfenced, fenced]), Some(1));
         assert_eq!(worst(&[]), None);

@@ -147,6 +147,7 @@ struct ExploreArgs {
 }
 
 /// A usage error: one line naming the input and what was expected; exit 2.
+#[derive(Debug)]
 pub(crate) struct UsageError(pub String);
 
 pub fn main() -> ExitCode {

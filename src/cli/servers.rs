@@ -20,9 +20,20 @@ fn failed(e: impl std::fmt::Display) -> UsageError {
 impl Started {
     /// Starts a redis-server; its URL.
     pub(super) fn redis(&mut self) -> Result<String, UsageError> {
-        let server = RedisServer::start(false).map_err(failed)?;
+        self.redis_with(false)
+    }
+
+    /// Starts a redis-server, `persistent` (every write synced to an append-only file before
+    /// the reply, so a `kill -9` loses no token) or not; its URL.
+    pub(super) fn redis_with(&mut self, persistent: bool) -> Result<String, UsageError> {
+        let server = RedisServer::start(persistent).map_err(failed)?;
         println!(
-            "started a throwaway redis-server on 127.0.0.1:{}",
+            "started a throwaway redis-server{} on 127.0.0.1:{}",
+            if persistent {
+                " (append-only, fsync always)"
+            } else {
+                ""
+            },
             server.port()
         );
         let url = server.url();
@@ -32,19 +43,29 @@ impl Started {
 
     /// Starts a one-member etcd cluster; its endpoints.
     pub(super) fn etcd(&mut self) -> Result<Vec<String>, UsageError> {
-        let cluster = EtcdCluster::start(1).map_err(failed)?;
-        println!("started a throwaway etcd on {}", cluster.endpoints()[0]);
+        self.etcd_with(1)
+    }
+
+    /// Starts an etcd cluster of `members`; its endpoints.
+    pub(super) fn etcd_with(&mut self, members: usize) -> Result<Vec<String>, UsageError> {
+        let cluster = EtcdCluster::start(members).map_err(failed)?;
         let endpoints = cluster.endpoints();
+        println!("started a throwaway etcd on {}", endpoints.join(","));
         self.etcd = Some(cluster);
         Ok(endpoints)
     }
 
     /// Starts a one-server ZooKeeper; its connect string.
     pub(super) fn zk(&mut self) -> Result<String, UsageError> {
-        let server = ZkCluster::start(1).map_err(failed)?;
-        println!("started a throwaway ZooKeeper on {}", server.address(0));
-        let connect = server.connect_string();
-        self.zk = Some(server);
+        self.zk_with(1)
+    }
+
+    /// Starts a ZooKeeper ensemble of `servers`; its connect string.
+    pub(super) fn zk_with(&mut self, servers: usize) -> Result<String, UsageError> {
+        let cluster = ZkCluster::start(servers).map_err(failed)?;
+        let connect = cluster.connect_string();
+        println!("started a throwaway ZooKeeper on {connect}");
+        self.zk = Some(cluster);
         Ok(connect)
     }
 
@@ -58,5 +79,26 @@ impl Started {
         let url = server.url();
         self.pg = Some(server);
         Ok(url)
+    }
+
+    /// `kill -9` the lock server this command started (the leader of a cluster), then start it
+    /// again on its data directory and wait until it serves; says which it was. `None` when
+    /// this command started no lock server.
+    pub(super) fn kill_and_restart(&mut self) -> Result<Option<String>, UsageError> {
+        if let Some(r) = &mut self.redis {
+            r.restart().map_err(failed)?;
+            return Ok(Some("redis-server".into()));
+        }
+        if let Some(c) = &mut self.etcd {
+            let i = c.leader().unwrap_or(0);
+            c.restart(i).map_err(failed)?;
+            return Ok(Some(format!("etcd member {} of {}", i + 1, c.size())));
+        }
+        if let Some(c) = &mut self.zk {
+            let i = c.leader().unwrap_or(0);
+            c.restart(i).map_err(failed)?;
+            return Ok(Some(format!("ZooKeeper server {} of {}", i + 1, c.size())));
+        }
+        Ok(None)
     }
 }

@@ -8,23 +8,63 @@ use super::run::{Backend, ServerArgs};
 use super::servers::Started;
 use super::{write_file, UsageError};
 use clap::{Args, ValueEnum};
-use fencecheck::backend::{connect, FencedStorage, LockService, LockSpec, PgFencedStore};
-use fencecheck::check::campaign::{judge, worst, Totals, TrialRecord, TrialVerdict};
+use fencecheck::backend::{connect, AnyLock, FencedStorage, LockService, LockSpec, PgFencedStore};
+use fencecheck::check::campaign::{judge, worst, Fault, Totals, TrialRecord, TrialVerdict};
+use fencecheck::check::linearize::{Answer, Call, Operation};
 use fencecheck::check::trace::Replay;
 use fencecheck::protocol::{FencePolicy, Observed, Token, Trace};
-use fencecheck_testkit::signal;
+use fencecheck_testkit::{signal, FreezableProxy};
 use std::io::{BufRead, BufReader, Write};
+use std::net::ToSocketAddrs;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-/// The faults a campaign injects.
+/// The faults a campaign injects: one per trial, taking turns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub(super) enum Nemesis {
     /// SIGSTOP a worker holding the lease (just granted, or between its read and its write)
     /// for the lease's TTL plus 20-200 ms, then SIGCONT.
     Pause,
+    /// Cut a worker holding the lease off from the lock service and the database for the TTL
+    /// plus 20-200 ms: each worker talks to both through TCP proxies of its own, and the
+    /// holder's stop forwarding (connections stay open; bytes wait).
+    Stall,
+    /// kill -9 the lock server (a cluster's leader) while a worker holds the lease, and start
+    /// it again. Only servers torture started itself (a persistent Redis, a 3-member etcd, a
+    /// 3-server ZooKeeper).
+    KillServer,
+    /// Run one worker under libfaketime with every clock at a quarter speed: its timers
+    /// (renewals, session pings, think time) fire four times late.
+    ClockSkew,
+}
+
+impl Nemesis {
+    fn name(self) -> &'static str {
+        match self {
+            Nemesis::Pause => "pause",
+            Nemesis::Stall => "stall",
+            Nemesis::KillServer => "kill-server",
+            Nemesis::ClockSkew => "clock-skew",
+        }
+    }
+}
+
+/// The clock rate of a clock-skewed worker.
+const SKEW: &str = "+0 x0.25";
+
+/// Where libfaketime's library is, if installed.
+fn libfaketime() -> Option<PathBuf> {
+    [
+        "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
+        "/usr/lib/aarch64-linux-gnu/faketime/libfaketimeMT.so.1",
+        "/usr/lib/faketime/libfaketimeMT.so.1",
+        "/usr/local/lib/faketime/libfaketimeMT.so.1",
+    ]
+    .into_iter()
+    .map(PathBuf::from)
+    .find(|p| p.exists())
 }
 
 #[derive(Debug, Args)]
@@ -50,14 +90,15 @@ pub(super) struct TortureArgs {
     /// ZooKeeper to its session-timeout bounds).
     #[arg(long, value_name = "MS", default_value_t = 300)]
     ttl_ms: u64,
-    /// Faults to inject, comma-separated.
+    /// Faults to inject, comma-separated; trial i gets the (i mod n)-th.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "pause")]
     nemesis: Vec<Nemesis>,
     /// The control: write the counter without the token (a plain upsert), and watch increments
     /// get lost.
     #[arg(long)]
     no_fence: bool,
-    /// Write torture.md and worst-trial.svg (the timeline of the worst trial) to DIR.
+    /// Write torture.md, torture.html and worst-trial.svg (the timeline of the worst trial) to
+    /// DIR.
     #[arg(long, value_name = "DIR")]
     report: Option<PathBuf>,
 }
@@ -90,14 +131,23 @@ pub(super) struct WorkerArgs {
 const FENCED_TABLE: &str = "fencecheck_torture";
 const UNFENCED_TABLE: &str = "fencecheck_torture_unfenced";
 
-/// Microseconds on CLOCK_MONOTONIC: one clock for every process on this machine.
+/// Microseconds on CLOCK_MONOTONIC: one clock for every process on this machine. Asked of the
+/// kernel directly, so a worker under libfaketime (which replaces the C library's
+/// `clock_gettime`) still stamps its lines with the real clock.
 fn mono_us() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    // SAFETY: clock_gettime writes the timespec it is given; CLOCK_MONOTONIC always exists.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    // SAFETY: the clock_gettime system call writes the timespec it is given; CLOCK_MONOTONIC
+    // always exists.
+    unsafe {
+        libc::syscall(
+            libc::SYS_clock_gettime,
+            libc::CLOCK_MONOTONIC,
+            &mut ts as *mut libc::timespec,
+        )
+    };
     ts.tv_sec as u64 * 1_000_000 + ts.tv_nsec as u64 / 1_000
 }
 
@@ -121,18 +171,50 @@ pub(super) fn run(args: TortureArgs) -> Result<ExitCode, UsageError> {
     check_range("--workers", args.workers.into(), 2..=16)?;
     check_range("--increments", args.increments.into(), 1..=100)?;
     check_range("--ttl-ms", args.ttl_ms, 50..=10_000)?;
+    let mut nemeses: Vec<Nemesis> = Vec::new();
+    for n in &args.nemesis {
+        if !nemeses.contains(n) {
+            nemeses.push(*n);
+        }
+    }
+    if nemeses.is_empty() {
+        return Err(UsageError(
+            "--nemesis: expected one or more of pause, stall, kill-server, clock-skew".into(),
+        ));
+    }
+    let kills = nemeses.contains(&Nemesis::KillServer);
+    if kills && args.servers.given(args.backend).is_some() {
+        return Err(UsageError(
+            "--nemesis kill-server kills only servers torture starts itself: leave out \
+             --redis-url/--endpoints/--zk, or the kill-server nemesis"
+                .into(),
+        ));
+    }
+    let faketime = if nemeses.contains(&Nemesis::ClockSkew) {
+        Some(libfaketime().ok_or_else(|| {
+            UsageError(
+                "--nemesis clock-skew runs a worker under libfaketime, which is not installed \
+                 (Debian: apt-get install faketime)"
+                    .into(),
+            )
+        })?)
+    } else {
+        None
+    };
     let mut started = Started::default();
+    // To be killed, a server must keep its tokens (Redis: an fsynced append-only file) and a
+    // cluster must outlive its leader.
     let spec = match args.servers.given(args.backend) {
         Some(spec) => spec,
         None => match args.backend {
             Backend::Redis => LockSpec::Redis {
-                url: started.redis()?,
+                url: started.redis_with(kills)?,
             },
             Backend::Etcd => LockSpec::Etcd {
-                endpoints: started.etcd()?,
+                endpoints: started.etcd_with(if kills { 3 } else { 1 })?,
             },
             Backend::Zookeeper => LockSpec::Zookeeper {
-                connect: started.zk()?,
+                connect: started.zk_with(if kills { 3 } else { 1 })?,
             },
         },
     };
@@ -176,9 +258,9 @@ pub(super) fn run(args: TortureArgs) -> Result<ExitCode, UsageError> {
         args.trials,
         args.workers,
         args.increments,
-        args.nemesis
+        nemeses
             .iter()
-            .map(|n| format!("{n:?}").to_lowercase())
+            .map(|n| n.name())
             .collect::<Vec<_>>()
             .join(",")
     );
@@ -189,19 +271,42 @@ pub(super) fn run(args: TortureArgs) -> Result<ExitCode, UsageError> {
     let mut totals = Totals::default();
     for i in 0..args.trials {
         let name = format!("torture-{run_id}-{i}");
-        let (record, ttl) = trial(&args, &spec, &pg_url, table, &name, i)?;
-        let value = rt.block_on(store.read(&name)).map_err(bad)?;
-        let final_value = value.map_or(0, |v| counter(&v.value));
-        let record = TrialRecord {
-            final_value,
-            ..record
+        let nemesis = nemeses[i as usize % nemeses.len()];
+        let setup = Setup {
+            spec: &spec,
+            pg_url: &pg_url,
+            table,
+            name: &name,
+            nemesis,
+            // Each nemesis strikes before the holder writes and inside its write by turns.
+            strike_at: if (i as usize / nemeses.len()) % 2 == 0 {
+                "granted"
+            } else {
+                "read"
+            },
+            faketime: faketime.as_deref(),
         };
+        let (mut record, ttl) = trial(&args, &setup, i, &mut started)?;
+        let value = rt.block_on(store.read(&name)).map_err(bad)?;
+        record.final_value = value.as_ref().map_or(0, |v| counter(&v.value));
+        // The final read, after every worker has exited.
+        let at = record.trace.events().last().map_or(0, |e| e.at_us) + 1;
+        record.register.push(Operation {
+            key: 0,
+            call: Call::Read,
+            invoked: at,
+            completed: Some((
+                at + 1,
+                Answer::Read(value.map(|v| (v.token, counter(&v.value)))),
+            )),
+        });
         let verdict = judge(&record, &Replay::new(ttl, policy));
         totals.add(&verdict);
         eprintln!(
-            "trial {}/{}: {} grants, {} accepted, {} rejected, {} lost{}{}",
+            "trial {}/{} ({}): {} grants, {} accepted, {} rejected, {} lost{}{}{}",
             i + 1,
             args.trials,
+            nemesis.name(),
             verdict.acquisitions,
             verdict.accepted,
             verdict.rejected,
@@ -213,6 +318,11 @@ pub(super) fn run(args: TortureArgs) -> Result<ExitCode, UsageError> {
             },
             if verdict.validation.is_err() {
                 ", trace UNEXPLAINED"
+            } else {
+                ""
+            },
+            if verdict.linearizable.is_err() {
+                ", register NOT LINEARIZABLE"
             } else {
                 ""
             },
@@ -232,11 +342,18 @@ pub(super) fn run(args: TortureArgs) -> Result<ExitCode, UsageError> {
         let md = fencecheck::report::campaign_markdown(
             &title,
             &totals,
+            &records,
             &verdicts,
             shown.map(|i| (i, "worst-trial.svg")),
         );
         write_file(&dir.join("torture.md"), &md)?;
-        println!("report: {}", dir.join("torture.md").display());
+        let html = fencecheck::report::campaign_html(&title, &totals, &records, &verdicts, shown);
+        write_file(&dir.join("torture.html"), &html)?;
+        println!(
+            "report: {} and {}",
+            dir.join("torture.md").display(),
+            dir.join("torture.html").display()
+        );
     }
     drop(started);
     Ok(if totals.violated > 0 {
@@ -265,26 +382,178 @@ struct Line {
     text: String,
 }
 
-/// Runs one trial; returns what it recorded (the final value still to be read) and the TTL the
-/// server granted.
+/// What a trial runs against.
+struct Setup<'a> {
+    spec: &'a LockSpec,
+    pg_url: &'a str,
+    table: &'a str,
+    name: &'a str,
+    nemesis: Nemesis,
+    /// The worker line the nemesis strikes at: `granted` (before the holder writes) or `read`
+    /// (inside its write).
+    strike_at: &'static str,
+    /// libfaketime, for the clock-skew nemesis.
+    faketime: Option<&'a std::path::Path>,
+}
+
+/// A worker's own TCP proxies to the lock service and the database (the stall nemesis freezes
+/// them), and the addresses it is given.
+struct Links {
+    proxies: Vec<FreezableProxy>,
+    spec: LockSpec,
+    pg_url: String,
+}
+
+impl Links {
+    fn new(spec: &LockSpec, pg_url: &str) -> Result<Links, UsageError> {
+        let mut proxies = Vec::new();
+        let mut via = |host_port: &str| -> Result<String, UsageError> {
+            let upstream = host_port
+                .to_socket_addrs()
+                .ok()
+                .and_then(|mut a| a.next())
+                .ok_or_else(|| {
+                    UsageError(format!(
+                        "--nemesis stall: cannot resolve {host_port:?} to put a proxy before it"
+                    ))
+                })?;
+            let proxy = FreezableProxy::start(upstream)
+                .map_err(|e| UsageError(format!("--nemesis stall: starting a proxy: {e}")))?;
+            let addr = proxy.addr().to_string();
+            proxies.push(proxy);
+            Ok(addr)
+        };
+        let spec = match spec {
+            LockSpec::Redis { url } => LockSpec::Redis {
+                url: via_url(url, &mut via)?,
+            },
+            LockSpec::Etcd { endpoints } => LockSpec::Etcd {
+                endpoints: endpoints
+                    .iter()
+                    .map(|e| via_url(e, &mut via))
+                    .collect::<Result<_, _>>()?,
+            },
+            LockSpec::Zookeeper { connect } => {
+                let (hosts, chroot) = match connect.find('/') {
+                    Some(k) => connect.split_at(k),
+                    None => (connect.as_str(), ""),
+                };
+                let hosts: Vec<String> = hosts
+                    .split(',')
+                    .map(|h| via(h.trim()))
+                    .collect::<Result<_, _>>()?;
+                LockSpec::Zookeeper {
+                    connect: format!("{}{chroot}", hosts.join(",")),
+                }
+            }
+        };
+        let pg_url = if pg_url.contains("://") {
+            via_url(pg_url, &mut via)?
+        } else {
+            via_keywords(pg_url, &mut via)?
+        };
+        Ok(Links {
+            proxies,
+            spec,
+            pg_url,
+        })
+    }
+
+    fn freeze(&self) {
+        self.proxies.iter().for_each(FreezableProxy::freeze);
+    }
+
+    fn thaw(&self) {
+        self.proxies.iter().for_each(FreezableProxy::thaw);
+    }
+}
+
+/// `url` (`scheme://[user@]host:port[/rest]`) with its host and port replaced by `via`'s.
+fn via_url(
+    url: &str,
+    via: &mut impl FnMut(&str) -> Result<String, UsageError>,
+) -> Result<String, UsageError> {
+    let bad = || {
+        UsageError(format!(
+            "--nemesis stall: expected scheme://host:port in {url:?}"
+        ))
+    };
+    let (scheme, rest) = url.split_once("://").ok_or_else(bad)?;
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    let (user, host_port) = match authority.rfind('@') {
+        Some(k) => authority.split_at(k + 1),
+        None => ("", authority),
+    };
+    if !host_port.contains(':') {
+        return Err(bad());
+    }
+    Ok(format!("{scheme}://{user}{}{tail}", via(host_port)?))
+}
+
+/// A PostgreSQL keyword connection string (`host=H port=P ...`) with its host and port replaced
+/// by `via`'s.
+fn via_keywords(
+    conn: &str,
+    via: &mut impl FnMut(&str) -> Result<String, UsageError>,
+) -> Result<String, UsageError> {
+    let words: Vec<&str> = conn.split_whitespace().collect();
+    let get = |key: &str| {
+        words
+            .iter()
+            .find_map(|w| w.strip_prefix(key).and_then(|v| v.strip_prefix('=')))
+    };
+    let host = get("host").unwrap_or("localhost");
+    let port = get("port").unwrap_or("5432");
+    let proxied = via(&format!("{host}:{port}"))?;
+    let (h, p) = proxied.rsplit_once(':').expect("a socket address");
+    let mut out: Vec<String> = words
+        .iter()
+        .filter(|w| !w.starts_with("host=") && !w.starts_with("port="))
+        .map(|w| w.to_string())
+        .collect();
+    out.push(format!("host={h}"));
+    out.push(format!("port={p}"));
+    Ok(out.join(" "))
+}
+
+/// A fault in force: who, since when, until when (µs, CLOCK_MONOTONIC).
+struct Holding {
+    worker: usize,
+    from: u64,
+    until: u64,
+}
+
+/// Runs one trial; returns what it recorded (the final value and read still to come) and the
+/// TTL the server granted.
 fn trial(
     args: &TortureArgs,
-    spec: &LockSpec,
-    pg_url: &str,
-    table: &str,
-    name: &str,
+    setup: &Setup,
     i: u32,
+    started: &mut Started,
 ) -> Result<(TrialRecord, Duration), UsageError> {
     let exe = std::env::current_exe()
         .map_err(|e| UsageError(format!("cannot find this program to start workers: {e}")))?;
     let think_ms = (args.ttl_ms / 5).max(5);
+    let nemesis = setup.nemesis;
     let (tx, rx) = mpsc::channel::<Option<Line>>();
     let mut children: Vec<Child> = Vec::new();
+    let mut links: Vec<Links> = Vec::new();
+    let mut faults: Vec<(String, String, u64, u64)> = Vec::new(); // who, what, from, to (mono µs)
+    let skewed = (nemesis == Nemesis::ClockSkew).then_some(i as usize % args.workers as usize);
+    let trial_start = mono_us();
     for w in 0..args.workers as usize {
+        let (spec, pg_url) = if nemesis == Nemesis::Stall {
+            links.push(Links::new(setup.spec, setup.pg_url)?);
+            (&links[w].spec, links[w].pg_url.as_str())
+        } else {
+            (setup.spec, setup.pg_url)
+        };
         let mut cmd = Command::new(&exe);
         cmd.arg("torture-worker")
             .args(spec_flags(spec))
-            .args(["--pg-url", pg_url, "--table", table, "--name", name])
+            .args(["--pg-url", pg_url, "--table", setup.table])
+            .args(["--name", setup.name])
             .args(["--owner", &format!("w{}", w + 1)])
             .args(["--ttl-ms", &args.ttl_ms.to_string()])
             .args(["--increments", &args.increments.to_string()])
@@ -292,6 +561,10 @@ fn trial(
             .stdout(Stdio::piped());
         if args.no_fence {
             cmd.arg("--no-fence");
+        }
+        if skewed == Some(w) {
+            let lib = setup.faketime.expect("checked before the campaign");
+            cmd.env("LD_PRELOAD", lib).env("FAKETIME", SKEW);
         }
         let mut child = cmd
             .spawn()
@@ -328,35 +601,46 @@ fn trial(
             let _ = c.wait();
         }
     };
-    // The nemesis: one pause per trial, at a grant (even trials) or between a read and its
-    // write (odd trials), for the granted TTL plus 20-200 ms.
-    let pause_at = if i % 2 == 0 { "granted" } else { "read" };
+    // The nemesis strikes once per trial, at the first `strike_at` line. A pause or a stall
+    // lasts the granted TTL plus 20-200 ms.
+    let strike_at = setup.strike_at;
     let overshoot = Duration::from_millis(20 + u64::from(i) * 37 % 180);
-    let mut pause: Option<(usize, u64, u64)> = None; // (worker, stopped at, resume at) in µs
-    let mut paused_once = !args.nemesis.contains(&Nemesis::Pause);
-    let mut pauses = Vec::new();
+    let mut holding: Option<Holding> = None;
+    let mut struck = matches!(nemesis, Nemesis::ClockSkew);
     let mut lines: Vec<Line> = Vec::new();
     let mut ttl = Duration::from_millis(args.ttl_ms);
     let mut open = args.workers as usize;
-    let give_up = mono_us() + 120_000_000;
+    let give_up = mono_us() + 180_000_000;
+    let end_fault = |h: &Holding, children: &[Child], links: &[Links]| {
+        if nemesis == Nemesis::Stall {
+            links[h.worker].thaw();
+        } else {
+            let _ = signal(children[h.worker].id(), libc::SIGCONT);
+        }
+    };
+    let fault_name = if nemesis == Nemesis::Stall {
+        "stalled (cut off from lock service and database)"
+    } else {
+        "paused (SIGSTOP)"
+    };
     while open > 0 {
         let now = mono_us();
         if now > give_up {
             kill_all(&mut children);
             return Err(UsageError(format!(
-                "trial {}: the workers did not finish within 120 s",
+                "trial {}: the workers did not finish within 180 s",
                 i + 1
             )));
         }
-        if let Some((w, from, until)) = pause {
-            if now >= until {
-                let _ = signal(children[w].id(), libc::SIGCONT);
-                pauses.push((format!("w{}", w + 1), from, now));
-                pause = None;
+        if let Some(h) = &holding {
+            if now >= h.until {
+                end_fault(h, &children, &links);
+                faults.push((format!("w{}", h.worker + 1), fault_name.into(), h.from, now));
+                holding = None;
             }
         }
-        let wait = match pause {
-            Some((_, _, until)) => Duration::from_micros(until.saturating_sub(now)),
+        let wait = match &holding {
+            Some(h) => Duration::from_micros(h.until.saturating_sub(now)),
             None => Duration::from_millis(200),
         };
         let line = match rx.recv_timeout(wait) {
@@ -373,19 +657,48 @@ fn trial(
                 ttl = Duration::from_micros(us);
             }
         }
-        if !paused_once && line.text.split(' ').next() == Some(pause_at) {
-            paused_once = true;
+        if !struck && line.text.split(' ').next() == Some(strike_at) {
+            struck = true;
             let w = line.worker;
-            if signal(children[w].id(), libc::SIGSTOP).is_ok() {
-                let from = mono_us();
-                pause = Some((w, from, from + (ttl + overshoot).as_micros() as u64));
+            let from = mono_us();
+            let until = from + (ttl + overshoot).as_micros() as u64;
+            match nemesis {
+                Nemesis::Pause => {
+                    if signal(children[w].id(), libc::SIGSTOP).is_ok() {
+                        holding = Some(Holding {
+                            worker: w,
+                            from,
+                            until,
+                        });
+                    }
+                }
+                Nemesis::Stall => {
+                    links[w].freeze();
+                    holding = Some(Holding {
+                        worker: w,
+                        from,
+                        until,
+                    });
+                }
+                Nemesis::KillServer => {
+                    if let Some(which) = started.kill_and_restart()? {
+                        let what = format!("{which} killed (kill -9) and restarted");
+                        faults.push(("server".into(), what, from, mono_us()));
+                    }
+                }
+                Nemesis::ClockSkew => {}
             }
         }
         lines.push(line);
     }
-    if let Some((w, from, _)) = pause {
-        let _ = signal(children[w].id(), libc::SIGCONT);
-        pauses.push((format!("w{}", w + 1), from, mono_us()));
+    if let Some(h) = &holding {
+        end_fault(h, &children, &links);
+        faults.push((
+            format!("w{}", h.worker + 1),
+            fault_name.into(),
+            h.from,
+            mono_us(),
+        ));
     }
     for (w, c) in children.iter_mut().enumerate() {
         let status = c
@@ -400,6 +713,10 @@ fn trial(
             )));
         }
     }
+    if let Some(w) = skewed {
+        let what = format!("clock at a quarter speed (libfaketime {SKEW:?})");
+        faults.push((format!("w{}", w + 1), what, trial_start, mono_us()));
+    }
     lines.sort_by_key(|l| l.at);
     let origin = lines.first().map_or(0, |l| l.at);
     let mut trace = Trace::new();
@@ -408,16 +725,78 @@ fn trial(
             trace.record(l.at - origin, &format!("w{}", l.worker + 1), what);
         }
     }
-    let pauses = pauses
+    let faults = faults
         .into_iter()
-        .map(|(w, from, to)| (w, from.saturating_sub(origin), to.saturating_sub(origin)))
+        .map(|(who, what, from, to)| Fault {
+            who,
+            what,
+            from_us: from.saturating_sub(origin),
+            to_us: to.saturating_sub(origin),
+        })
         .collect();
     let record = TrialRecord {
+        register: register_history(&lines, origin, args.workers as usize),
         trace,
         final_value: 0,
-        pauses,
+        faults,
     };
     Ok((record, ttl))
+}
+
+/// The workers' writes as operations on the counter's fenced register: each write with its
+/// token and the value it wrote (the counter it read plus one), from when it was sent to its
+/// answer.
+fn register_history(lines: &[Line], origin: u64, workers: usize) -> Vec<Operation<u64>> {
+    let mut ops = Vec::new();
+    let mut read: Vec<Option<u64>> = vec![None; workers];
+    let mut sent: Vec<Option<(Token, u64)>> = vec![None; workers];
+    for l in lines {
+        let w = l.worker;
+        let mut words = l.text.split(' ');
+        let kind = words.next().unwrap_or_default();
+        let mut number = || words.next().and_then(|t| t.parse::<u64>().ok());
+        let answer = match kind {
+            "read" => {
+                read[w] = number();
+                continue;
+            }
+            "write-sent" => {
+                sent[w] = number().map(|t| (Token::new(t), l.at - origin));
+                continue;
+            }
+            "accepted" => Answer::Accepted,
+            "rejected" => {
+                let (_, highest) = (number(), number());
+                let Some(highest) = highest else { continue };
+                Answer::Stale {
+                    highest: Token::new(highest),
+                }
+            }
+            _ => continue,
+        };
+        let Some((token, invoked)) = sent[w].take() else {
+            continue;
+        };
+        let value = read[w].take().map_or(0, |v| v + 1);
+        ops.push(Operation {
+            key: 0,
+            call: Call::Write { token, value },
+            invoked,
+            completed: Some((l.at - origin, answer)),
+        });
+    }
+    for (w, s) in sent.into_iter().enumerate() {
+        if let Some((token, invoked)) = s {
+            let value = read[w].map_or(0, |v| v + 1);
+            ops.push(Operation {
+                key: 0,
+                call: Call::Write { token, value },
+                invoked,
+                completed: None,
+            });
+        }
+    }
+    ops
 }
 
 /// The worker's flags for `spec`.
@@ -490,6 +869,21 @@ pub(super) fn worker(args: WorkerArgs) -> Result<ExitCode, UsageError> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// A lock handle on `spec`, retried for up to a minute (a killed server may take that long to
+/// serve again).
+async fn reconnect(spec: &LockSpec, name: &str, ttl: Duration) -> Result<AnyLock, UsageError> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        match connect(spec, name, ttl, Duration::from_secs(5)).await {
+            Ok(lock) => return Ok(lock),
+            Err(e) if tokio::time::Instant::now() >= deadline => {
+                return Err(UsageError(format!("the lock service: {e}")))
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
 async fn work(args: WorkerArgs) -> Result<(), UsageError> {
     let bad = |e: fencecheck::backend::BackendError| UsageError(e.to_string());
     let spec = args
@@ -497,18 +891,17 @@ async fn work(args: WorkerArgs) -> Result<(), UsageError> {
         .given(args.backend)
         .ok_or_else(|| UsageError("the worker needs its server's address".into()))?;
     let ttl = Duration::from_millis(args.ttl_ms);
-    let lock = connect(&spec, &args.name, ttl, Duration::from_secs(5))
-        .await
-        .map_err(bad)?;
+    let mut lock = reconnect(&spec, &args.name, ttl).await?;
     let policy = if args.no_fence {
         FencePolicy::AcceptAll
     } else {
         FencePolicy::Fenced
     };
-    let store =
-        PgFencedStore::connect_with(&args.pg_url, &args.table, policy, Duration::from_secs(10))
-            .await
-            .map_err(bad)?;
+    // Long enough to outlast a stall of the database link (the TTL plus 200 ms at most).
+    let patience = Duration::from_secs(30);
+    let store = PgFencedStore::connect_with(&args.pg_url, &args.table, policy, patience)
+        .await
+        .map_err(bad)?;
     let (mut client, connection) = tokio_postgres::connect(&args.pg_url, tokio_postgres::NoTls)
         .await
         .map_err(|e| UsageError(format!("postgres: {e}")))?;
@@ -517,18 +910,41 @@ async fn work(args: WorkerArgs) -> Result<(), UsageError> {
     let key = args.name.as_str();
     let think = Duration::from_millis(args.think_ms);
     let owner = args.owner.as_str();
-    for _ in 0..args.increments {
+    let mut attempts = 0;
+    // Since when the lock service has failed every request, if it has.
+    let mut failing: Option<tokio::time::Instant> = None;
+    while attempts < args.increments {
         emit("acquire-sent");
-        let Some(grant) = lock
-            .acquire(owner, Duration::from_secs(60))
-            .await
-            .map_err(bad)?
-        else {
-            emit("busy");
-            continue;
+        let grant = match lock.acquire(owner, Duration::from_secs(60)).await {
+            Ok(grant) => {
+                failing = None;
+                attempts += 1;
+                match grant {
+                    Some(grant) => grant,
+                    None => {
+                        emit("busy");
+                        continue;
+                    }
+                }
+            }
+            Err(e) => {
+                // The lock service failed (killed, cut off, or this worker's session expired
+                // under it): the request stays unanswered; the worker starts afresh and tries
+                // the same increment again, for up to a minute.
+                emit(&format!("lock-error {e}"));
+                let since = *failing.get_or_insert_with(tokio::time::Instant::now);
+                if since.elapsed() > Duration::from_secs(60) {
+                    return Err(UsageError(format!("the lock service failed for 60 s: {e}")));
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                lock = reconnect(&spec, &args.name, ttl).await?;
+                continue;
+            }
         };
         let t = grant.token;
         emit(&format!("granted {t} {}", grant.ttl.as_micros()));
+        // Getting ready to work (and a moment for the nemesis to strike the new holder).
+        tokio::time::sleep(think).await;
         if args.no_fence {
             let v = store
                 .read(key)
@@ -622,5 +1038,69 @@ mod tests {
         assert_eq!(observed("read 12"), None);
         assert_eq!(observed("granted x"), None);
         assert_eq!((counter(b"41"), counter(b""), counter(b"junk")), (41, 0, 0));
+    }
+
+    #[test]
+    fn addresses_are_routed_through_a_proxy() {
+        let mut seen = Vec::new();
+        let mut via = |hp: &str| {
+            seen.push(hp.to_string());
+            Ok::<_, UsageError>("127.0.0.1:9".to_string())
+        };
+        assert_eq!(
+            via_url("redis://u:p@127.0.0.1:6379/2", &mut via).unwrap(),
+            "redis://u:p@127.0.0.1:9/2"
+        );
+        assert_eq!(
+            via_url("http://localhost:2379", &mut via).unwrap(),
+            "http://127.0.0.1:9"
+        );
+        assert_eq!(
+            via_keywords("host=127.0.0.1 port=5433 user=postgres", &mut via).unwrap(),
+            "user=postgres host=127.0.0.1 port=9"
+        );
+        let err = via_url("redis-no-scheme", &mut via).unwrap_err();
+        assert!(err.0.contains("expected scheme://host:port"), "{}", err.0);
+        assert_eq!(seen, ["127.0.0.1:6379", "localhost:2379", "127.0.0.1:5433"]);
+    }
+
+    #[test]
+    fn the_workers_writes_become_register_operations() {
+        let line = |worker, at, text: &str| Line {
+            worker,
+            at,
+            text: text.to_string(),
+        };
+        let lines = [
+            line(0, 100, "write-sent 5"),
+            line(0, 110, "read 3"),
+            line(0, 120, "accepted 5"),
+            line(1, 130, "write-sent 4"),
+            line(1, 140, "rejected 4 5"),
+            line(0, 150, "write-sent 6"),
+        ];
+        let ops = register_history(&lines, 100, 2);
+        let write = |t, value| Call::Write {
+            token: Token::new(t),
+            value,
+        };
+        assert_eq!(ops.len(), 3);
+        assert_eq!(
+            (&ops[0].call, ops[0].invoked, &ops[0].completed),
+            (&write(5, 4), 0, &Some((20, Answer::Accepted)))
+        );
+        assert_eq!(
+            (&ops[1].call, &ops[1].completed),
+            (
+                &write(4, 0),
+                &Some((
+                    40,
+                    Answer::Stale {
+                        highest: Token::new(5)
+                    }
+                ))
+            )
+        );
+        assert_eq!((&ops[2].call, &ops[2].completed), (&write(6, 0), &None));
     }
 }

@@ -1,46 +1,88 @@
-//! A fault campaign's report: Markdown with every trial's verdict, and an SVG timeline of one
-//! trial (one lane per worker: its work under each lease, each write's answer, the pauses).
+//! A fault campaign's report: Markdown or one HTML page with every trial's verdict, and an SVG
+//! timeline of one trial (one lane per worker: its work under each lease, each write's answer,
+//! the faults).
 
 use super::escape;
+use super::html::STYLE;
 use crate::check::campaign::{Totals, TrialRecord, TrialVerdict};
 use crate::protocol::Observed;
 
-/// The campaign's Markdown report: `title`, the totals, a row per trial, and the timeline of
-/// trial `shown` (saved beside it as `svg_name`).
+/// What one trial's row says: trial, fault, grants, accepted, rejected, lost, overlap (ms),
+/// lease order, trace, linearizability.
+fn row(i: usize, record: &TrialRecord, v: &TrialVerdict) -> [String; 10] {
+    let fault = record
+        .faults
+        .iter()
+        .map(|f| {
+            format!(
+                "{} {} {} ms",
+                f.who,
+                f.what,
+                f.to_us.saturating_sub(f.from_us) / 1000
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+    let order = match &v.lease_order {
+        Ok(()) => "held".to_string(),
+        Err(e) => format!("VIOLATED: {e}"),
+    };
+    let trace = match &v.validation {
+        Ok(ok) => format!("explained ({} events)", ok.events),
+        Err(e) => format!(
+            "UNEXPLAINED: {}",
+            e.to_string().lines().next().unwrap_or_default()
+        ),
+    };
+    let linear = match &v.linearizable {
+        Ok(c) => format!("linearizable ({} operations)", c.operations),
+        Err(e) => format!(
+            "NOT LINEARIZABLE: {} operations cannot be ordered",
+            e.operations.len()
+        ),
+    };
+    [
+        (i + 1).to_string(),
+        if fault.is_empty() { "-".into() } else { fault },
+        v.acquisitions.to_string(),
+        v.accepted.to_string(),
+        v.rejected.to_string(),
+        v.lost.to_string(),
+        (v.overlap_us / 1000).to_string(),
+        order,
+        trace,
+        linear,
+    ]
+}
+
+const HEADINGS: [&str; 10] = [
+    "trial",
+    "fault",
+    "grants",
+    "accepted",
+    "rejected",
+    "lost",
+    "overlap (ms)",
+    "lease order",
+    "trace",
+    "register",
+];
+
+/// The campaign's Markdown report: `title`, the totals, a row per trial (`records[i]` judged as
+/// `verdicts[i]`), and the timeline of trial `shown` (saved beside it as `svg_name`).
 pub fn campaign_markdown(
     title: &str,
     totals: &Totals,
+    records: &[TrialRecord],
     verdicts: &[TrialVerdict],
     shown: Option<(usize, &str)>,
 ) -> String {
     let mut md = format!("# {title}\n\n```\n{totals}\n```\n\n");
-    md.push_str(
-        "| trial | grants | accepted | rejected | lost | overlap (ms) | lease order | trace |\n\
-         |---:|---:|---:|---:|---:|---:|---|---|\n",
-    );
-    for (i, v) in verdicts.iter().enumerate() {
-        let order = match &v.lease_order {
-            Ok(()) => "held".to_string(),
-            Err(e) => format!("**violated**: {e}"),
-        };
-        let trace = match &v.validation {
-            Ok(ok) => format!("explained ({} events)", ok.events),
-            Err(e) => format!(
-                "**unexplained**: {}",
-                e.to_string().lines().next().unwrap_or_default()
-            ),
-        };
-        md.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} |\n",
-            i + 1,
-            v.acquisitions,
-            v.accepted,
-            v.rejected,
-            v.lost,
-            v.overlap_us / 1000,
-            order.replace('|', "\\|"),
-            trace.replace('|', "\\|"),
-        ));
+    md.push_str(&format!("| {} |\n", HEADINGS.join(" | ")));
+    md.push_str("|---:|---|---:|---:|---:|---:|---:|---|---|---|\n");
+    for (i, (r, v)) in records.iter().zip(verdicts).enumerate() {
+        let cells = row(i, r, v).map(|c| c.replace('|', "\\|"));
+        md.push_str(&format!("| {} |\n", cells.join(" | ")));
     }
     if let Some((i, svg)) = shown {
         md.push_str(&format!(
@@ -48,11 +90,63 @@ pub fn campaign_markdown(
             i + 1,
             i + 1
         ));
-        if let Err(e) = &verdicts[i].validation {
-            md.push_str(&format!("\n```\n{e}\n```\n"));
-        }
+        md.push_str(&explain(&verdicts[i]));
     }
     md
+}
+
+/// Why trial `v` failed, as preformatted text (empty when nothing failed to check).
+fn explain(v: &TrialVerdict) -> String {
+    let mut out = String::new();
+    if let Err(e) = &v.validation {
+        out.push_str(&format!("\n```\n{e}\n```\n"));
+    }
+    if let Err(e) = &v.linearizable {
+        out.push_str(&format!("\n```\n{e}```\n"));
+    }
+    out
+}
+
+/// The same report as one self-contained HTML page, the timeline of trial `shown` drawn inline.
+pub fn campaign_html(
+    title: &str,
+    totals: &Totals,
+    records: &[TrialRecord],
+    verdicts: &[TrialVerdict],
+    shown: Option<usize>,
+) -> String {
+    let mut html = format!(
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{t}</title>\
+         <style>{STYLE}</style></head><body>\n<h1>{t}</h1>\n<pre>{}</pre>\n<table>\n<tr>",
+        escape(&totals.to_string()),
+        t = escape(title),
+    );
+    for h in HEADINGS {
+        html.push_str(&format!("<th>{h}</th>"));
+    }
+    html.push_str("</tr>\n");
+    for (i, (r, v)) in records.iter().zip(verdicts).enumerate() {
+        let class = if v.violated() { "bad" } else { "ok" };
+        html.push_str(&format!("<tr class=\"{class}\">"));
+        for cell in row(i, r, v) {
+            html.push_str(&format!("<td>{}</td>", escape(&cell)));
+        }
+        html.push_str("</tr>\n");
+    }
+    html.push_str("</table>\n");
+    if let Some(i) = shown {
+        html.push_str(&format!(
+            "<figure><figcaption>Trial {}</figcaption>\n{}</figure>\n",
+            i + 1,
+            trial_svg(&records[i])
+        ));
+        let why = explain(&verdicts[i]).replace("```", "");
+        if !why.trim().is_empty() {
+            html.push_str(&format!("<pre>{}</pre>\n", escape(why.trim())));
+        }
+    }
+    html.push_str("</body></html>\n");
+    html
 }
 
 /// An SVG timeline of one trial: a lane per worker; a bar from each grant to its write's answer
@@ -68,7 +162,7 @@ pub fn trial_svg(record: &TrialRecord) -> String {
     let end = events
         .iter()
         .map(|e| e.at_us)
-        .chain(record.pauses.iter().map(|p| p.2))
+        .chain(record.faults.iter().map(|f| f.to_us))
         .max()
         .unwrap_or(0)
         .max(1);
@@ -89,15 +183,21 @@ pub fn trial_svg(record: &TrialRecord) -> String {
             escape(w)
         ));
     }
-    for (who, from, to) in &record.pauses {
+    for f in &record.faults {
+        // A fault on one worker shades its lane; one on the server, every lane.
+        let (top, tall) = if workers.contains(&f.who.as_str()) {
+            (y(&f.who) - 4.0, lane)
+        } else {
+            (16.0, lane * workers.len() as f64)
+        };
         svg.push_str(&format!(
-            "<rect x=\"{:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{lane}\" fill=\"#ccc\">\
-             <title>{} paused {} ms</title></rect>\n",
-            x(*from),
-            y(who) - 4.0,
-            (x(*to) - x(*from)).max(1.0),
-            escape(who),
-            (to - from) / 1000
+            "<rect x=\"{:.1}\" y=\"{top:.1}\" width=\"{:.1}\" height=\"{tall}\" fill=\"#ccc\">\
+             <title>{} {} {} ms</title></rect>\n",
+            x(f.from_us),
+            (x(f.to_us) - x(f.from_us)).max(1.0),
+            escape(&f.who),
+            escape(&f.what),
+            f.to_us.saturating_sub(f.from_us) / 1000
         ));
     }
     let mut open: Vec<(&str, u64, String)> = Vec::new();
@@ -148,7 +248,7 @@ pub fn trial_svg(record: &TrialRecord) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::check::campaign::judge;
+    use crate::check::campaign::{judge, Fault};
     use crate::check::trace::Replay;
     use crate::protocol::{FencePolicy, Token, Trace};
     use std::time::Duration;
@@ -172,7 +272,13 @@ mod tests {
         let record = TrialRecord {
             trace,
             final_value: 1,
-            pauses: vec![("w<1>".into(), 2_500, 89_000)],
+            faults: vec![Fault {
+                who: "w<1>".into(),
+                what: "paused".into(),
+                from_us: 2_500,
+                to_us: 89_000,
+            }],
+            register: vec![],
         };
         let v = judge(
             &record,
@@ -180,13 +286,23 @@ mod tests {
         );
         let mut totals = Totals::default();
         totals.add(&v);
-        let md = campaign_markdown("t", &totals, &[v], Some((0, "worst.svg")));
+        let records = [record.clone()];
+        let md = campaign_markdown(
+            "t",
+            &totals,
+            &records,
+            std::slice::from_ref(&v),
+            Some((0, "worst.svg")),
+        );
         assert!(
             md.starts_with("# t\n\n```\ntrials                 1\n"),
             "{md}"
         );
         assert!(
-            md.contains("| 1 | 2 | 1 | 1 | 0 | 2 | held | explained (8 events) |"),
+            md.contains(
+                "| 1 | w<1> paused 86 ms | 2 | 1 | 1 | 0 | 2 | held | explained (8 events) \
+                 | linearizable (0 operations) |"
+            ),
             "{md}"
         );
         assert!(md.contains("![timeline of trial 1](worst.svg)"));
@@ -206,5 +322,12 @@ mod tests {
             "one rejected write"
         );
         assert!(svg.trim_end().ends_with("90 ms</text>\n</svg>"));
+
+        let html = campaign_html("a <t>", &totals, &records, &[v], Some(0));
+        assert!(html.starts_with("<!DOCTYPE html>"));
+        assert!(html.contains("<h1>a &lt;t&gt;</h1>"), "titles are escaped");
+        assert!(html.contains("<tr class=\"ok\"><td>1</td><td>w&lt;1&gt; paused 86 ms</td>"));
+        assert!(html.contains("<figcaption>Trial 1</figcaption>\n<svg"));
+        assert!(html.trim_end().ends_with("</body></html>"));
     }
 }

@@ -6,7 +6,7 @@ use super::diagram::sequence_svg;
 use super::{escape, Meta};
 use crate::check::ModelRun;
 
-const STYLE: &str = "body{font-family:sans-serif;margin:2em;color:#222;max-width:1200px}\
+pub(super) const STYLE: &str = "body{font-family:sans-serif;margin:2em;color:#222;max-width:1200px}\
 table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}\
 th{background:#f3f3f3}.ok{color:#1e7e34}.bad{color:#c0392b;font-weight:bold}\
 .violated{color:#c0392b}.holds{color:#1e7e34}.incomplete{color:#b9770e}\

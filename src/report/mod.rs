@@ -13,7 +13,7 @@ mod mutants;
 mod text;
 
 pub use bench::{bench_markdown, collect_benchmarks, BenchError, BenchResult};
-pub use campaign::{campaign_markdown, trial_svg};
+pub use campaign::{campaign_html, campaign_markdown, trial_svg};
 pub use diagram::{mermaid, sequence_svg};
 pub use html::html;
 pub use junit::junit;

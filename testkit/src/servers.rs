@@ -109,7 +109,8 @@ impl Drop for TempDir {
     }
 }
 
-fn find_on_path(binary: &str) -> Option<PathBuf> {
+/// Where `binary` is on PATH, if it is.
+pub fn find_on_path(binary: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path)
         .map(|d| d.join(binary))
@@ -282,6 +283,11 @@ pub struct PgServer {
     child: Child,
     port: u16,
     _dir: TempDir,
+}
+
+/// Whether PostgreSQL's server programs (`initdb`, `postgres`) are installed.
+pub fn postgres_installed() -> bool {
+    pg_bin_dir().is_some()
 }
 
 fn pg_bin_dir() -> Option<PathBuf> {

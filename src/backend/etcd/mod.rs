@@ -421,6 +421,21 @@ impl EtcdLock {
             .is_some_and(|(k, rev, _)| k == key && super::is_token(rev, token)))
     }
 
+    /// Renews the lease of a contender waiting in line; when it was sent. An error when the
+    /// lease is gone.
+    async fn renew_in_line(&self, owner: &str, lease: i64) -> Result<Instant, BackendError> {
+        let sent = Instant::now();
+        if !self.keep_alive_once(lease).await? {
+            return Err(BackendError::unexpected(
+                BACKEND,
+                "acquire",
+                "our lease expired while waiting in line",
+            ));
+        }
+        self.remember_session(owner, lease, sent);
+        Ok(sent)
+    }
+
     /// One keepalive of `lease`: `false` when the lease is gone.
     async fn keep_alive_once(&self, lease: i64) -> Result<bool, BackendError> {
         let result = self
@@ -468,7 +483,7 @@ impl LockService for EtcdLock {
 
     async fn acquire(&self, owner: &str, timeout: Duration) -> Result<Option<Grant>, BackendError> {
         let deadline = Instant::now() + timeout;
-        let (lease, key, revision, lowest, mut sent_at) = self.enqueue(owner).await?;
+        let (lease, key, revision, lowest, sent_at) = self.enqueue(owner).await?;
         let token = super::server_token(BACKEND, "acquire", revision)?;
         if self.holds_already(owner, token) {
             return Ok(None);
@@ -485,20 +500,16 @@ impl LockService for EtcdLock {
                 return Ok(None);
             }
             if Instant::now() >= renew_at {
-                let sent = Instant::now();
-                if !self.keep_alive_once(lease).await? {
-                    return Err(BackendError::unexpected(
-                        BACKEND,
-                        "acquire",
-                        "our lease expired while waiting in line",
-                    ));
-                }
-                self.remember_session(owner, lease, sent);
-                sent_at = sent;
+                let sent = self.renew_in_line(owner, lease).await?;
                 renew_at = sent + self.ttl.granted() / 3;
             }
             if self.still_first(&key, token).await? {
-                return Ok(Some(self.granted(owner, lease, key, token, sent_at)));
+                // First in line, but the lease may have lapsed while this client waited (its
+                // renewals late: a pause, a slow clock) and the server not yet deleted the key.
+                // A keepalive now either fails (the lease is gone) or starts the grant's full
+                // TTL from here, whatever this client's clock says.
+                let sent = self.renew_in_line(owner, lease).await?;
+                return Ok(Some(self.granted(owner, lease, key, token, sent)));
             }
         }
     }
