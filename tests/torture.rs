@@ -6,30 +6,24 @@
 //! control loses increments and exits 1.
 #![cfg(feature = "backends")]
 
-use fencecheck_testkit::{
-    find_on_path, postgres_installed, servers_required, started_or_skip, PgServer, ZkCluster,
-};
+use fencecheck_testkit::{find_on_path, postgres_installed, servers_required};
 use std::process::Command;
 
 /// Every nemesis.
 const ALL: &str = "pause,stall,kill-server,clock-skew";
 
-/// Whether the servers torture would start (`server`, PostgreSQL) and libfaketime (for
-/// clock-skew) are installed; says so loudly when not (and fails under
-/// FENCECHECK_REQUIRE_SERVERS=1).
-fn servers_present(test: &str, server: &str) -> bool {
-    let faketime = ["/usr/lib/x86_64-linux-gnu/faketime", "/usr/lib/faketime"]
-        .iter()
-        .any(|d| std::path::Path::new(d).exists());
-    let missing: Vec<&str> = [
-        (server, find_on_path(server).is_some()),
-        ("postgresql", postgres_installed()),
-        ("libfaketime", faketime),
-    ]
-    .into_iter()
-    .filter(|(_, present)| !present)
-    .map(|(name, _)| name)
-    .collect();
+/// Whether what torture needs here is installed (server binaries on PATH, `postgresql`,
+/// `libfaketime`); says so loudly when not (and fails under FENCECHECK_REQUIRE_SERVERS=1).
+fn servers_present(test: &str, needs: &[&str]) -> bool {
+    let installed = |what: &str| match what {
+        "postgresql" => postgres_installed(),
+        "zookeeper" => std::path::Path::new("/usr/share/java/zookeeper.jar").exists(),
+        "libfaketime" => ["/usr/lib/x86_64-linux-gnu/faketime", "/usr/lib/faketime"]
+            .iter()
+            .any(|d| std::path::Path::new(d).exists()),
+        binary => find_on_path(binary).is_some(),
+    };
+    let missing: Vec<&str> = needs.iter().copied().filter(|w| !installed(w)).collect();
     if missing.is_empty() {
         return true;
     }
@@ -91,7 +85,7 @@ fn campaign_keeps_every_increment(backend: &str, flags: &[&str], trials: u64) {
     assert_eq!(md.matches("| linearizable (").count() as u64, trials);
     // Every nemesis asked for struck at least once.
     for (nemesis, drawn) in [
-        ("pause", "paused (SIGSTOP)"),
+        ("pause", "paused ("),
         ("stall", "stalled (cut off"),
         ("kill-server", "killed (kill -9) and restarted"),
         ("clock-skew", "clock at a quarter speed"),
@@ -115,7 +109,10 @@ fn campaign_keeps_every_increment(backend: &str, flags: &[&str], trials: u64) {
 #[test]
 fn a_fenced_campaign_on_redis_keeps_every_increment_and_the_unfenced_control_loses_some() {
     // Servers torture starts itself (a persistent Redis, so it may be killed).
-    if !servers_present("torture (redis)", "redis-server") {
+    if !servers_present(
+        "torture (redis)",
+        &["redis-server", "postgresql", "libfaketime"],
+    ) {
         return;
     }
     let flags = ["--ttl-ms", "200", "--nemesis", ALL];
@@ -141,7 +138,7 @@ fn a_fenced_campaign_on_redis_keeps_every_increment_and_the_unfenced_control_los
 #[test]
 fn a_fenced_campaign_on_etcd_keeps_every_increment() {
     // A 3-member cluster torture starts itself (so it may kill the leader).
-    if !servers_present("torture (etcd)", "etcd") {
+    if !servers_present("torture (etcd)", &["etcd", "postgresql", "libfaketime"]) {
         return;
     }
     // etcd leases count whole seconds.
@@ -151,26 +148,37 @@ fn a_fenced_campaign_on_etcd_keeps_every_increment() {
 
 #[test]
 fn a_fenced_campaign_on_zookeeper_keeps_every_increment() {
-    let Some(zk) = started_or_skip("torture (zookeeper)", ZkCluster::start(3)) else {
+    // A 3-server ensemble torture starts itself (so it may kill the leader).
+    if !servers_present(
+        "torture (zookeeper)",
+        &["zookeeper", "postgresql", "libfaketime"],
+    ) {
         return;
-    };
-    let Some(pg) = started_or_skip("torture (zookeeper, postgres)", PgServer::start()) else {
-        return;
-    };
-    let (connect, pg_url) = (zk.connect_string(), pg.url());
-    let flags = [
-        "--zk",
-        &connect,
-        "--pg-url",
-        &pg_url,
-        "--ttl-ms",
-        "400",
-        "--increments",
-        "2",
-        "--nemesis",
-        "pause,clock-skew",
-    ];
+    }
+    let flags = ["--ttl-ms", "400", "--increments", "2", "--nemesis", ALL];
     campaign_keeps_every_increment("zookeeper", &flags, 20);
+}
+
+#[test]
+fn a_fenced_campaign_on_the_in_process_lock_keeps_every_increment_and_the_control_loses_some() {
+    if !servers_present("torture (in-process)", &["postgresql"]) {
+        return;
+    }
+    let flags = ["--ttl-ms", "200", "--nemesis", "pause,stall"];
+    campaign_keeps_every_increment("local", &flags, 20);
+    let (code, out) = torture(&[
+        "--backend",
+        "local",
+        "--ttl-ms",
+        "200",
+        "--trials",
+        "6",
+        "--nemesis",
+        "pause",
+        "--no-fence",
+    ]);
+    assert_eq!(code, 1, "the unfenced control must fail");
+    assert!(number(&out, "increments lost ") > 0, "{out}");
 }
 
 #[test]

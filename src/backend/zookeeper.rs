@@ -600,6 +600,16 @@ impl LockService for ZkLock {
                                 "our lock node vanished while waiting in line (session expired?)",
                             ));
                         }
+                        // The session must outlive the grant's TTL from the check: push its
+                        // close time on, unless it closed meanwhile (idle past its TTL while
+                        // the ensemble was slow to answer).
+                        if self.session_if(owner, session).is_none() {
+                            return Err(BackendError::unexpected(
+                                BACKEND,
+                                "acquire",
+                                "our session ended while waiting in line",
+                            ));
+                        }
                         sent_at = sent;
                     }
                     return Ok(Some(self.granted(owner, node, token, session, sent_at)));
@@ -716,6 +726,16 @@ impl LockService for ZkLock {
     }
 
     async fn release(&self, owner: &str, token: Token) -> Result<bool, BackendError> {
+        if let Some(Some(held)) = self.held.lookup(owner, token) {
+            self.held.forget(token);
+            // Our own grant: delete the node on the session that made it. A session that ended
+            // took its node with it, so the lease was no longer ours; and on a live session a
+            // node missing after a lost delete can only have gone by that delete.
+            let Some((client, _)) = self.session_if(owner, held.session) else {
+                return Ok(false);
+            };
+            return self.delete(&client, &held.node).await;
+        }
         let Some(node) = self.find(owner, token).await? else {
             return Ok(false);
         };

@@ -8,7 +8,9 @@ use super::run::{Backend, ServerArgs};
 use super::servers::Started;
 use super::{write_file, UsageError};
 use clap::{Args, ValueEnum};
-use fencecheck::backend::{connect, AnyLock, FencedStorage, LockService, LockSpec, PgFencedStore};
+use fencecheck::backend::{
+    connect, AnyLock, FencedStorage, LocalLock, LockService, LockSpec, PgFencedStore,
+};
 use fencecheck::check::campaign::{judge, worst, Fault, Totals, TrialRecord, TrialVerdict};
 use fencecheck::check::linearize::{Answer, Call, Operation};
 use fencecheck::check::trace::Replay;
@@ -18,7 +20,8 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::ToSocketAddrs;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitCode, Stdio};
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 /// The faults a campaign injects: one per trial, taking turns.
@@ -67,11 +70,35 @@ fn libfaketime() -> Option<PathBuf> {
     .find(|p| p.exists())
 }
 
+/// Where a campaign's lock lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(super) enum Target {
+    Redis,
+    Etcd,
+    Zookeeper,
+    /// The in-process lock (`LocalLock`): the workers are threads of `torture` sharing it; a
+    /// paused worker's thread stops (the whole worker, its database connection included); a
+    /// stalled one's database link freezes.
+    Local,
+}
+
+impl Target {
+    /// The server backend, for all but the in-process lock.
+    fn server(self) -> Option<Backend> {
+        match self {
+            Target::Redis => Some(Backend::Redis),
+            Target::Etcd => Some(Backend::Etcd),
+            Target::Zookeeper => Some(Backend::Zookeeper),
+            Target::Local => None,
+        }
+    }
+}
+
 #[derive(Debug, Args)]
 pub(super) struct TortureArgs {
     /// Where the lock lives.
-    #[arg(long, value_enum, default_value_t = Backend::Redis)]
-    backend: Backend,
+    #[arg(long, value_enum, default_value_t = Target::Redis)]
+    backend: Target,
     #[command(flatten)]
     servers: ServerArgs,
     /// The PostgreSQL the workers write the counter to (default: a throwaway cluster).
@@ -110,6 +137,13 @@ pub(super) struct WorkerArgs {
     backend: Backend,
     #[command(flatten)]
     servers: ServerArgs,
+    #[command(flatten)]
+    job: Job,
+}
+
+/// What one worker does.
+#[derive(Clone, Debug, Args)]
+pub(super) struct Job {
     #[arg(long)]
     pg_url: String,
     #[arg(long)]
@@ -183,7 +217,19 @@ pub(super) fn run(args: TortureArgs) -> Result<ExitCode, UsageError> {
         ));
     }
     let kills = nemeses.contains(&Nemesis::KillServer);
-    if kills && args.servers.given(args.backend).is_some() {
+    let given = args.backend.server().and_then(|b| args.servers.given(b));
+    if args.backend == Target::Local {
+        for n in [Nemesis::KillServer, Nemesis::ClockSkew] {
+            if nemeses.contains(&n) {
+                return Err(UsageError(format!(
+                    "--nemesis {}: not for the in-process lock (no server to kill; one clock \
+                     for every worker); expected pause or stall",
+                    n.name()
+                )));
+            }
+        }
+    }
+    if kills && given.is_some() {
         return Err(UsageError(
             "--nemesis kill-server kills only servers torture starts itself: leave out \
              --redis-url/--endpoints/--zk, or the kill-server nemesis"
@@ -204,18 +250,19 @@ pub(super) fn run(args: TortureArgs) -> Result<ExitCode, UsageError> {
     let mut started = Started::default();
     // To be killed, a server must keep its tokens (Redis: an fsynced append-only file) and a
     // cluster must outlive its leader.
-    let spec = match args.servers.given(args.backend) {
-        Some(spec) => spec,
+    let spec = match given {
+        Some(spec) => Some(spec),
         None => match args.backend {
-            Backend::Redis => LockSpec::Redis {
+            Target::Redis => Some(LockSpec::Redis {
                 url: started.redis_with(kills)?,
-            },
-            Backend::Etcd => LockSpec::Etcd {
+            }),
+            Target::Etcd => Some(LockSpec::Etcd {
                 endpoints: started.etcd_with(if kills { 3 } else { 1 })?,
-            },
-            Backend::Zookeeper => LockSpec::Zookeeper {
+            }),
+            Target::Zookeeper => Some(LockSpec::Zookeeper {
                 connect: started.zk_with(if kills { 3 } else { 1 })?,
-            },
+            }),
+            Target::Local => None,
         },
     };
     let pg_url = match &args.pg_url {
@@ -246,7 +293,10 @@ pub(super) fn run(args: TortureArgs) -> Result<ExitCode, UsageError> {
             Duration::from_secs(10),
         ))
         .map_err(bad)?;
-    let backend = format!("{:?}", args.backend).to_lowercase();
+    let backend = match args.backend {
+        Target::Local => "in-process".to_string(),
+        other => format!("{other:?}").to_lowercase(),
+    };
     let title = format!(
         "torture: {backend} lock, PostgreSQL counter {}, {} trials x {} workers x {} increments, \
          nemesis {}",
@@ -273,7 +323,7 @@ pub(super) fn run(args: TortureArgs) -> Result<ExitCode, UsageError> {
         let name = format!("torture-{run_id}-{i}");
         let nemesis = nemeses[i as usize % nemeses.len()];
         let setup = Setup {
-            spec: &spec,
+            spec: spec.as_ref(),
             pg_url: &pg_url,
             table,
             name: &name,
@@ -384,7 +434,8 @@ struct Line {
 
 /// What a trial runs against.
 struct Setup<'a> {
-    spec: &'a LockSpec,
+    /// The lock service; `None` for the in-process lock.
+    spec: Option<&'a LockSpec>,
     pg_url: &'a str,
     table: &'a str,
     name: &'a str,
@@ -400,12 +451,12 @@ struct Setup<'a> {
 /// them), and the addresses it is given.
 struct Links {
     proxies: Vec<FreezableProxy>,
-    spec: LockSpec,
+    spec: Option<LockSpec>,
     pg_url: String,
 }
 
 impl Links {
-    fn new(spec: &LockSpec, pg_url: &str) -> Result<Links, UsageError> {
+    fn new(spec: Option<&LockSpec>, pg_url: &str) -> Result<Links, UsageError> {
         let mut proxies = Vec::new();
         let mut via = |host_port: &str| -> Result<String, UsageError> {
             let upstream = host_port
@@ -424,16 +475,17 @@ impl Links {
             Ok(addr)
         };
         let spec = match spec {
-            LockSpec::Redis { url } => LockSpec::Redis {
+            None => None,
+            Some(LockSpec::Redis { url }) => Some(LockSpec::Redis {
                 url: via_url(url, &mut via)?,
-            },
-            LockSpec::Etcd { endpoints } => LockSpec::Etcd {
+            }),
+            Some(LockSpec::Etcd { endpoints }) => Some(LockSpec::Etcd {
                 endpoints: endpoints
                     .iter()
                     .map(|e| via_url(e, &mut via))
                     .collect::<Result<_, _>>()?,
-            },
-            LockSpec::Zookeeper { connect } => {
+            }),
+            Some(LockSpec::Zookeeper { connect }) => {
                 let (hosts, chroot) = match connect.find('/') {
                     Some(k) => connect.split_at(k),
                     None => (connect.as_str(), ""),
@@ -442,9 +494,9 @@ impl Links {
                     .split(',')
                     .map(|h| via(h.trim()))
                     .collect::<Result<_, _>>()?;
-                LockSpec::Zookeeper {
+                Some(LockSpec::Zookeeper {
                     connect: format!("{}{chroot}", hosts.join(",")),
-                }
+                })
             }
         };
         let pg_url = if pg_url.contains("://") {
@@ -542,26 +594,53 @@ fn trial(
     let mut faults: Vec<(String, String, u64, u64)> = Vec::new(); // who, what, from, to (mono µs)
     let skewed = (nemesis == Nemesis::ClockSkew).then_some(i as usize % args.workers as usize);
     let trial_start = mono_us();
+    // The in-process lock, shared by this trial's worker threads.
+    let local = match setup.spec {
+        None => Some(Arc::new(
+            LocalLock::new(Duration::from_millis(args.ttl_ms))
+                .map_err(|e| UsageError(e.to_string()))?,
+        )),
+        Some(_) => None,
+    };
+    // In-process, the first worker to reach the strike line pauses itself (its thread stops).
+    let struck_local = Arc::new(AtomicBool::new(false));
+    let overshoot = Duration::from_millis(20 + u64::from(i) * 37 % 180);
+    let mut threads = Vec::new();
     for w in 0..args.workers as usize {
         let (spec, pg_url) = if nemesis == Nemesis::Stall {
             links.push(Links::new(setup.spec, setup.pg_url)?);
-            (&links[w].spec, links[w].pg_url.as_str())
+            (links[w].spec.as_ref(), links[w].pg_url.as_str())
         } else {
             (setup.spec, setup.pg_url)
+        };
+        let job = Job {
+            pg_url: pg_url.to_string(),
+            table: setup.table.to_string(),
+            name: setup.name.to_string(),
+            owner: format!("w{}", w + 1),
+            ttl_ms: args.ttl_ms,
+            increments: args.increments,
+            think_ms,
+            no_fence: args.no_fence,
+        };
+        let tx = tx.clone();
+        let Some(spec) = spec else {
+            let lock = Arc::clone(local.as_ref().expect("in-process"));
+            let pause = (nemesis == Nemesis::Pause).then(|| LocalPause {
+                at: setup.strike_at,
+                struck: Arc::clone(&struck_local),
+                overshoot,
+            });
+            threads.push(std::thread::spawn(move || {
+                local_worker(job, lock, w, pause, tx)
+            }));
+            continue;
         };
         let mut cmd = Command::new(&exe);
         cmd.arg("torture-worker")
             .args(spec_flags(spec))
-            .args(["--pg-url", pg_url, "--table", setup.table])
-            .args(["--name", setup.name])
-            .args(["--owner", &format!("w{}", w + 1)])
-            .args(["--ttl-ms", &args.ttl_ms.to_string()])
-            .args(["--increments", &args.increments.to_string()])
-            .args(["--think-ms", &think_ms.to_string()])
+            .args(job.flags())
             .stdout(Stdio::piped());
-        if args.no_fence {
-            cmd.arg("--no-fence");
-        }
         if skewed == Some(w) {
             let lib = setup.faketime.expect("checked before the campaign");
             cmd.env("LD_PRELOAD", lib).env("FAKETIME", SKEW);
@@ -570,7 +649,6 @@ fn trial(
             .spawn()
             .map_err(|e| UsageError(format!("cannot start a worker: {e}")))?;
         let out = BufReader::new(child.stdout.take().expect("piped"));
-        let tx = tx.clone();
         std::thread::spawn(move || {
             for line in out.lines().map_while(Result::ok) {
                 let Some((at, text)) = line.split_once(' ') else {
@@ -604,9 +682,10 @@ fn trial(
     // The nemesis strikes once per trial, at the first `strike_at` line. A pause or a stall
     // lasts the granted TTL plus 20-200 ms.
     let strike_at = setup.strike_at;
-    let overshoot = Duration::from_millis(20 + u64::from(i) * 37 % 180);
     let mut holding: Option<Holding> = None;
-    let mut struck = matches!(nemesis, Nemesis::ClockSkew);
+    // Clock skew strikes at the start; an in-process pause, in the worker itself.
+    let mut struck =
+        nemesis == Nemesis::ClockSkew || (local.is_some() && nemesis == Nemesis::Pause);
     let mut lines: Vec<Line> = Vec::new();
     let mut ttl = Duration::from_millis(args.ttl_ms);
     let mut open = args.workers as usize;
@@ -618,7 +697,9 @@ fn trial(
             let _ = signal(children[h.worker].id(), libc::SIGCONT);
         }
     };
-    let fault_name = if nemesis == Nemesis::Stall {
+    let fault_name = if nemesis == Nemesis::Stall && local.is_some() {
+        "stalled (cut off from the database)"
+    } else if nemesis == Nemesis::Stall {
         "stalled (cut off from lock service and database)"
     } else {
         "paused (SIGSTOP)"
@@ -652,6 +733,12 @@ fn trial(
             Err(mpsc::RecvTimeoutError::Timeout) => continue,
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
         };
+        if let Some(to) = line.text.strip_prefix("nemesis-paused ") {
+            let to = to.parse().unwrap_or(line.at);
+            let what = "paused (its thread stopped)".to_string();
+            faults.push((format!("w{}", line.worker + 1), what, line.at, to));
+            continue;
+        }
         if let Some(rest) = line.text.strip_prefix("granted ") {
             if let Some(us) = rest.split(' ').nth(1).and_then(|t| t.parse().ok()) {
                 ttl = Duration::from_micros(us);
@@ -699,6 +786,12 @@ fn trial(
             h.from,
             mono_us(),
         ));
+    }
+    for (w, t) in threads.into_iter().enumerate() {
+        let failed = |e: String| UsageError(format!("trial {}: worker w{}: {e}", i + 1, w + 1));
+        t.join()
+            .map_err(|_| failed("panicked".into()))?
+            .map_err(|e| failed(e.0))?;
     }
     for (w, c) in children.iter_mut().enumerate() {
         let status = c
@@ -859,14 +952,97 @@ fn emit(text: &str) {
     let _ = out.flush();
 }
 
+impl Job {
+    /// The job as `torture-worker` flags.
+    fn flags(&self) -> Vec<String> {
+        let mut flags: Vec<String> = [
+            ("--pg-url", self.pg_url.clone()),
+            ("--table", self.table.clone()),
+            ("--name", self.name.clone()),
+            ("--owner", self.owner.clone()),
+            ("--ttl-ms", self.ttl_ms.to_string()),
+            ("--increments", self.increments.to_string()),
+            ("--think-ms", self.think_ms.to_string()),
+        ]
+        .into_iter()
+        .flat_map(|(flag, value)| [flag.to_string(), value])
+        .collect();
+        if self.no_fence {
+            flags.push("--no-fence".into());
+        }
+        flags
+    }
+}
+
 /// The worker: `increments` times, take the lease and add one to the counter under it.
 pub(super) fn worker(args: WorkerArgs) -> Result<ExitCode, UsageError> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("a tokio runtime starts");
-    rt.block_on(work(args))?;
+    rt.block_on(async {
+        let spec = args
+            .servers
+            .given(args.backend)
+            .ok_or_else(|| UsageError("the worker needs its server's address".into()))?;
+        let ttl = Duration::from_millis(args.job.ttl_ms);
+        let lock = reconnect(&spec, &args.job.name, ttl).await?;
+        let mut source = Remote { spec, ttl, lock };
+        work(&args.job, &mut source, &emit).await
+    })?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// An in-process pause: the first worker to print a line starting with `at` stops (its thread
+/// sleeps) for the lease's TTL plus `overshoot`.
+struct LocalPause {
+    at: &'static str,
+    struck: Arc<AtomicBool>,
+    overshoot: Duration,
+}
+
+/// One worker of an in-process trial, on a thread of its own: its lines go to `tx`.
+fn local_worker(
+    job: Job,
+    lock: Arc<LocalLock>,
+    w: usize,
+    pause: Option<LocalPause>,
+    tx: mpsc::Sender<Option<Line>>,
+) -> Result<(), UsageError> {
+    let ttl = lock.ttl().granted();
+    let send = |text: String| {
+        let _ = tx.send(Some(Line {
+            worker: w,
+            at: mono_us(),
+            text,
+        }));
+    };
+    let out = |text: &str| {
+        send(text.to_string());
+        let Some(p) = &pause else { return };
+        if text.split(' ').next() == Some(p.at)
+            && p.struck
+                .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+        {
+            // The whole worker stops, its database connection's task included (they share
+            // this thread), as a stopped process would.
+            let from = mono_us();
+            std::thread::sleep(ttl + p.overshoot);
+            let _ = tx.send(Some(Line {
+                worker: w,
+                at: from,
+                text: format!("nemesis-paused {}", mono_us()),
+            }));
+        }
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime starts");
+    let result = rt.block_on(work(&job, &mut Shared(lock), &out));
+    let _ = tx.send(None);
+    result
 }
 
 /// A lock handle on `spec`, retried for up to a minute (a killed server may take that long to
@@ -884,45 +1060,87 @@ async fn reconnect(spec: &LockSpec, name: &str, ttl: Duration) -> Result<AnyLock
     }
 }
 
-async fn work(args: WorkerArgs) -> Result<(), UsageError> {
+/// Where a worker's lock comes from.
+trait LockSource {
+    type Lock: LockService;
+    fn lock(&self) -> &Self::Lock;
+    /// A fresh handle, after the lock service failed.
+    async fn renew(&mut self, name: &str) -> Result<(), UsageError>;
+}
+
+/// A lock service reached over the network.
+struct Remote {
+    spec: LockSpec,
+    ttl: Duration,
+    lock: AnyLock,
+}
+
+impl LockSource for Remote {
+    type Lock = AnyLock;
+    fn lock(&self) -> &AnyLock {
+        &self.lock
+    }
+    async fn renew(&mut self, name: &str) -> Result<(), UsageError> {
+        self.lock = reconnect(&self.spec, name, self.ttl).await?;
+        Ok(())
+    }
+}
+
+/// The in-process lock, shared by the trial's worker threads.
+struct Shared(Arc<LocalLock>);
+
+impl LockSource for Shared {
+    type Lock = LocalLock;
+    fn lock(&self) -> &LocalLock {
+        &self.0
+    }
+    async fn renew(&mut self, _: &str) -> Result<(), UsageError> {
+        Ok(())
+    }
+}
+
+/// A worker's job on the lock from `source`, saying what it observes through `out`.
+async fn work<S: LockSource>(
+    job: &Job,
+    source: &mut S,
+    out: &dyn Fn(&str),
+) -> Result<(), UsageError> {
     let bad = |e: fencecheck::backend::BackendError| UsageError(e.to_string());
-    let spec = args
-        .servers
-        .given(args.backend)
-        .ok_or_else(|| UsageError("the worker needs its server's address".into()))?;
-    let ttl = Duration::from_millis(args.ttl_ms);
-    let mut lock = reconnect(&spec, &args.name, ttl).await?;
-    let policy = if args.no_fence {
+    let policy = if job.no_fence {
         FencePolicy::AcceptAll
     } else {
         FencePolicy::Fenced
     };
     // Long enough to outlast a stall of the database link (the TTL plus 200 ms at most).
     let patience = Duration::from_secs(30);
-    let store = PgFencedStore::connect_with(&args.pg_url, &args.table, policy, patience)
+    let store = PgFencedStore::connect_with(&job.pg_url, &job.table, policy, patience)
         .await
         .map_err(bad)?;
-    let (mut client, connection) = tokio_postgres::connect(&args.pg_url, tokio_postgres::NoTls)
+    let (mut client, connection) = tokio_postgres::connect(&job.pg_url, tokio_postgres::NoTls)
         .await
         .map_err(|e| UsageError(format!("postgres: {e}")))?;
     tokio::spawn(connection);
     let pg = |e: tokio_postgres::Error| UsageError(format!("postgres: {e}"));
-    let key = args.name.as_str();
-    let think = Duration::from_millis(args.think_ms);
-    let owner = args.owner.as_str();
+    let key = job.name.as_str();
+    let think = Duration::from_millis(job.think_ms);
+    let owner = job.owner.as_str();
+    let answered = |t: Token, outcome: &fencecheck::backend::WriteOutcome| match outcome {
+        fencecheck::backend::WriteOutcome::Accepted => out(&format!("accepted {t}")),
+        fencecheck::backend::WriteOutcome::Stale(s) => out(&format!("rejected {t} {}", s.highest)),
+    };
     let mut attempts = 0;
     // Since when the lock service has failed every request, if it has.
     let mut failing: Option<tokio::time::Instant> = None;
-    while attempts < args.increments {
-        emit("acquire-sent");
-        let grant = match lock.acquire(owner, Duration::from_secs(60)).await {
+    while attempts < job.increments {
+        out("acquire-sent");
+        let grant = match source.lock().acquire(owner, Duration::from_secs(60)).await {
             Ok(grant) => {
                 failing = None;
                 attempts += 1;
                 match grant {
                     Some(grant) => grant,
                     None => {
-                        emit("busy");
+                        out("busy");
                         continue;
                     }
                 }
@@ -931,29 +1149,29 @@ async fn work(args: WorkerArgs) -> Result<(), UsageError> {
                 // The lock service failed (killed, cut off, or this worker's session expired
                 // under it): the request stays unanswered; the worker starts afresh and tries
                 // the same increment again, for up to a minute.
-                emit(&format!("lock-error {e}"));
+                out(&format!("lock-error {e}"));
                 let since = *failing.get_or_insert_with(tokio::time::Instant::now);
                 if since.elapsed() > Duration::from_secs(60) {
                     return Err(UsageError(format!("the lock service failed for 60 s: {e}")));
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;
-                lock = reconnect(&spec, &args.name, ttl).await?;
+                source.renew(&job.name).await?;
                 continue;
             }
         };
         let t = grant.token;
-        emit(&format!("granted {t} {}", grant.ttl.as_micros()));
+        out(&format!("granted {t} {}", grant.ttl.as_micros()));
         // Getting ready to work (and a moment for the nemesis to strike the new holder).
         tokio::time::sleep(think).await;
-        if args.no_fence {
+        if job.no_fence {
             let v = store
                 .read(key)
                 .await
                 .map_err(bad)?
                 .map_or(0, |s| counter(&s.value));
-            emit(&format!("read {v}"));
+            out(&format!("read {v}"));
             tokio::time::sleep(think).await;
-            emit(&format!("write-sent {t}"));
+            out(&format!("write-sent {t}"));
             let outcome = store
                 .write(key, t, (v + 1).to_string().as_bytes())
                 .await
@@ -962,38 +1180,31 @@ async fn work(args: WorkerArgs) -> Result<(), UsageError> {
         } else {
             // One transaction: the fence first (it holds the row until commit), then read, add
             // one, write.
-            emit(&format!("write-sent {t}"));
+            out(&format!("write-sent {t}"));
             let tx = client.transaction().await.map_err(pg)?;
             let outcome = store.fence(&tx, key, t).await.map_err(bad)?;
             if outcome.is_accepted() {
-                let sql = format!("SELECT value FROM {} WHERE key = $1", args.table);
+                let sql = format!("SELECT value FROM {} WHERE key = $1", job.table);
                 let row = tx.query_one(&sql, &[&key]).await.map_err(pg)?;
                 let v = counter(&row.get::<_, Vec<u8>>(0));
-                emit(&format!("read {v}"));
+                out(&format!("read {v}"));
                 tokio::time::sleep(think).await;
-                let sql = format!("UPDATE {} SET value = $2 WHERE key = $1", args.table);
+                let sql = format!("UPDATE {} SET value = $2 WHERE key = $1", job.table);
                 let next = (v + 1).to_string().into_bytes();
                 tx.execute(&sql, &[&key, &next]).await.map_err(pg)?;
                 tx.commit().await.map_err(pg)?;
             }
             answered(t, &outcome);
         }
-        emit(&format!("release-sent {t}"));
+        out(&format!("release-sent {t}"));
         // A lease that ran out while this worker was paused may be gone with its session: an
         // error here is a release that was never answered.
-        if let Ok(ok) = lock.release(owner, t).await {
-            emit(&format!("released {t} {ok}"));
+        if let Ok(ok) = source.lock().release(owner, t).await {
+            out(&format!("released {t} {ok}"));
         }
     }
-    emit("done");
+    out("done");
     Ok(())
-}
-
-fn answered(t: Token, outcome: &fencecheck::backend::WriteOutcome) {
-    match outcome {
-        fencecheck::backend::WriteOutcome::Accepted => emit(&format!("accepted {t}")),
-        fencecheck::backend::WriteOutcome::Stale(s) => emit(&format!("rejected {t} {}", s.highest)),
-    }
 }
 
 #[cfg(test)]
