@@ -2,8 +2,9 @@
 //! counter workload (take the lease, read the counter, write it plus one with the token) and
 //! recorded what they observed as one [`Trace`]. A trial is judged by what users care about —
 //! increments lost, stale writes stored, two holders' work overlapping — by
-//! `storage_in_lease_order` over its history, and by replaying its trace through the model
-//! ([`super::trace::validate`]).
+//! `storage_in_lease_order` over its history, by replaying its trace through the model
+//! ([`super::trace::validate`]), and by checking its counter's register history for
+//! linearizability ([`linearize::check`]).
 
 use super::linearize::{self, Checked, NotLinearizable, Operation};
 use super::trace::{validate, Replay, TraceError, Validated};
