@@ -8,7 +8,7 @@
 
 use super::linearize::{self, Checked, NotLinearizable, Operation};
 use super::trace::{validate, Replay, TraceError, Validated};
-use crate::protocol::{storage_in_lease_order, History, HistoryError, Observed, Trace};
+use crate::protocol::{storage_in_lease_order, Event, History, HistoryError, Observed, Trace};
 use std::fmt;
 
 /// A fault the nemesis injected, on the trace's clock.
@@ -53,9 +53,11 @@ pub struct TrialVerdict {
     /// The longest time two workers' work under their leases overlapped (µs), from their own
     /// records: grant to the write's answer.
     pub overlap_us: u64,
-    /// `storage_in_lease_order` over the trial's grants and accepted writes, in the order their
-    /// answers were observed (a late answer to an early write can make it stricter than the
-    /// storage was; the trace validation places each write anywhere in its window).
+    /// `storage_in_lease_order` over the trial's grants and accepted writes, each write placed
+    /// where the storage could have applied it: inside its window from send to answer, as early
+    /// as the lease order allows. It is broken only when a write of an older lease was sent after
+    /// a write of a newer lease had been answered as accepted (a late answer to an early write,
+    /// as a stalled link gives, breaks nothing).
     pub lease_order: Result<(), HistoryError>,
     /// The trace replayed through the model.
     pub validation: Result<Validated, TraceError>,
@@ -94,34 +96,71 @@ impl TrialVerdict {
 /// assert!(!verdict.violated());
 /// ```
 pub fn judge(record: &TrialRecord, replay: &Replay) -> TrialVerdict {
-    let mut history = History::new();
     let (mut acquisitions, mut accepted, mut rejected) = (0, 0, 0);
+    // The history's events with the time each is placed at; grants and rejections at their
+    // answers, accepted writes placed later by `place_accepted`.
+    let mut timed: Vec<(u64, Event)> = Vec::new();
+    // Accepted writes: (index in `timed`, epoch of the writer's grant, sent, answered).
+    let mut writes: Vec<(usize, usize, u64, u64)> = Vec::new();
+    let mut grants = 0usize;
+    // Per worker: its latest grant's epoch and its write in flight.
+    let mut epoch_of: Vec<(&str, usize)> = Vec::new();
+    let mut sent_at: Vec<(&str, u64)> = Vec::new();
     // Each worker's work: from its grant to its write's answer.
     let mut open: Vec<(&str, u64)> = Vec::new();
     let mut work: Vec<(&str, u64, u64)> = Vec::new();
     for e in record.trace.events() {
+        let who = e.who.as_str();
         match e.what {
             Observed::Granted { token } => {
                 acquisitions += 1;
-                history.granted(&e.who, token);
-                open.retain(|(w, _)| *w != e.who);
-                open.push((&e.who, e.at_us));
+                grants += 1;
+                timed.push((
+                    e.at_us,
+                    Event::Granted {
+                        who: who.into(),
+                        token,
+                    },
+                ));
+                epoch_of.retain(|(w, _)| *w != who);
+                epoch_of.push((who, grants));
+                open.retain(|(w, _)| *w != who);
+                open.push((who, e.at_us));
+            }
+            Observed::WriteSent { .. } => {
+                sent_at.retain(|(w, _)| *w != who);
+                sent_at.push((who, e.at_us));
             }
             Observed::WriteAccepted { .. } | Observed::WriteRejected { .. } => {
+                let sent = sent_at
+                    .iter()
+                    .position(|(w, _)| *w == who)
+                    .map_or(e.at_us, |k| sent_at.remove(k).1);
                 if matches!(e.what, Observed::WriteAccepted { .. }) {
                     accepted += 1;
-                    history.accepted(&e.who);
+                    let epoch = epoch_of.iter().find(|(w, _)| *w == who).map(|&(_, n)| n);
+                    if let Some(epoch) = epoch {
+                        writes.push((timed.len(), epoch, sent, e.at_us));
+                    }
+                    timed.push((e.at_us, Event::Accepted { who: who.into() }));
                 } else {
                     rejected += 1;
-                    history.rejected(&e.who);
+                    timed.push((e.at_us, Event::Rejected { who: who.into() }));
                 }
-                if let Some(k) = open.iter().position(|(w, _)| *w == e.who) {
+                if let Some(k) = open.iter().position(|(w, _)| *w == who) {
                     let (who, from) = open.remove(k);
                     work.push((who, from, e.at_us));
                 }
             }
             _ => {}
         }
+    }
+    place_accepted(&mut timed, &mut writes);
+    // A stable sort: events placed at the same time keep the order they were observed in.
+    timed.sort_by_key(|(at, _)| *at);
+    let mut history = History::new();
+    for (_, event) in timed {
+        history.push(event);
     }
     let mut overlap_us = 0;
     for (i, (a, a0, a1)) in work.iter().enumerate() {
@@ -140,6 +179,21 @@ pub fn judge(record: &TrialRecord, replay: &Replay) -> TrialVerdict {
         lease_order: storage_in_lease_order(&history),
         validation: validate(&record.trace, replay),
         linearizable: linearize::check(&record.register),
+    }
+}
+
+/// Places each accepted write inside its window (sent to answered) at the earliest time that
+/// keeps the writes in lease order: in epoch order, each at the later of its send and the place
+/// of the write before it, but never after its own answer. When every write fits, the placed
+/// history is in lease order; when one cannot (an older lease's write was sent after a newer
+/// lease's write was answered), every placement inside the windows breaks the order, and this
+/// one does too.
+fn place_accepted(timed: &mut [(u64, Event)], writes: &mut [(usize, usize, u64, u64)]) {
+    writes.sort_by_key(|&(_, epoch, sent, _)| (epoch, sent));
+    let mut at = 0u64;
+    for &(index, _, sent, answered) in writes.iter() {
+        at = at.max(sent).min(answered);
+        timed[index].0 = at;
     }
 }
 
@@ -283,6 +337,61 @@ mod tests {
             }],
             register,
         }
+    }
+
+    /// w1's write reaches the storage at once but its answer is held up (a stalled link) past
+    /// w1's lease, w2's grant and w2's accepted write.
+    fn late_answer() -> TrialRecord {
+        let (t1, t2) = (Token::new(1), Token::new(2));
+        let mut tr = Trace::new();
+        tr.record(0, "w1", Observed::AcquireSent);
+        tr.record(1_000, "w1", Observed::Granted { token: t1 });
+        tr.record(2_000, "w1", Observed::WriteSent { token: t1 });
+        tr.record(60_000, "w2", Observed::AcquireSent);
+        tr.record(61_000, "w2", Observed::Granted { token: t2 });
+        tr.record(62_000, "w2", Observed::WriteSent { token: t2 });
+        tr.record(63_000, "w2", Observed::WriteAccepted { token: t2 });
+        tr.record(90_000, "w1", Observed::WriteAccepted { token: t1 });
+        let w = |token: Token, value, invoked, completed| Operation {
+            key: 0,
+            call: Call::Write { token, value },
+            invoked,
+            completed: Some((completed, Answer::Accepted)),
+        };
+        let register = vec![
+            w(t1, 1, 2_000, 90_000),
+            w(t2, 2, 62_000, 63_000),
+            Operation {
+                key: 0,
+                call: Call::Read,
+                invoked: 91_000,
+                completed: Some((91_001, Answer::Read(Some((t2, 2))))),
+            },
+        ];
+        TrialRecord {
+            trace: tr,
+            final_value: 2,
+            faults: vec![],
+            register,
+        }
+    }
+
+    #[test]
+    fn a_late_answer_to_an_early_write_breaks_no_rule() {
+        let record = late_answer();
+        let verdict = judge(
+            &record,
+            &Replay::new(Duration::from_millis(50), FencePolicy::Fenced),
+        );
+        assert_eq!((verdict.accepted, verdict.lost), (2, 0));
+        assert!(!verdict.violated(), "{verdict:?}");
+        // Taken in the order the answers arrived, the same trial looks out of lease order.
+        let mut by_answer = History::new();
+        by_answer.granted("w1", Token::new(1));
+        by_answer.granted("w2", Token::new(2));
+        by_answer.accepted("w2");
+        by_answer.accepted("w1");
+        assert!(storage_in_lease_order(&by_answer).is_err());
     }
 
     #[test]
