@@ -113,6 +113,100 @@ impl fmt::Display for Observed {
     }
 }
 
+impl Observed {
+    /// The observation as words, the form trace files keep: a keyword and its numbers
+    /// (`granted 7`, `renewed 7 true`, `rejected 7 9`). [`Observed::from_words`] reads it back.
+    ///
+    /// ```
+    /// use fencecheck::protocol::{Observed, Token};
+    ///
+    /// let seen = Observed::WriteRejected { token: Token::new(7), highest: Token::new(9) };
+    /// assert_eq!(seen.words(), "rejected 7 9");
+    /// assert_eq!(Observed::from_words("rejected 7 9"), Ok(seen));
+    /// ```
+    pub fn words(&self) -> String {
+        match self {
+            Observed::AcquireSent => "acquire-sent".into(),
+            Observed::Granted { token } => format!("granted {token}"),
+            Observed::Busy => "busy".into(),
+            Observed::RenewSent { token } => format!("renew-sent {token}"),
+            Observed::Renewed { token, ok } => format!("renewed {token} {ok}"),
+            Observed::LeaseLost { token } => format!("lease-lost {token}"),
+            Observed::WriteSent { token } => format!("write-sent {token}"),
+            Observed::WriteAccepted { token } => format!("accepted {token}"),
+            Observed::WriteRejected { token, highest } => format!("rejected {token} {highest}"),
+            Observed::ReleaseSent { token } => format!("release-sent {token}"),
+            Observed::Released { token, ok } => format!("released {token} {ok}"),
+        }
+    }
+
+    /// Reads [`Observed::words`] back. Words after the ones an observation needs are ignored
+    /// (a grant may be followed by its TTL). The error names what was expected.
+    pub fn from_words(text: &str) -> Result<Observed, String> {
+        let mut words = text.split_whitespace();
+        let kind = words.next().ok_or("an empty observation")?;
+        let mut token = |what: &str| -> Result<Token, String> {
+            let word = words
+                .next()
+                .ok_or_else(|| format!("`{kind}` needs {what} after it"))?;
+            word.parse()
+                .map(Token::new)
+                .map_err(|_| format!("`{kind}`: {what} must be a whole number, not {word:?}"))
+        };
+        let seen = match kind {
+            "acquire-sent" => Observed::AcquireSent,
+            "granted" => Observed::Granted {
+                token: token("a token")?,
+            },
+            "busy" => Observed::Busy,
+            "renew-sent" => Observed::RenewSent {
+                token: token("a token")?,
+            },
+            "lease-lost" => Observed::LeaseLost {
+                token: token("a token")?,
+            },
+            "write-sent" => Observed::WriteSent {
+                token: token("a token")?,
+            },
+            "accepted" => Observed::WriteAccepted {
+                token: token("a token")?,
+            },
+            "rejected" => Observed::WriteRejected {
+                token: token("a token")?,
+                highest: token("the storage's highest token")?,
+            },
+            "release-sent" => Observed::ReleaseSent {
+                token: token("a token")?,
+            },
+            "renewed" | "released" => {
+                let t = token("a token")?;
+                let ok = match words.next() {
+                    Some("true") => true,
+                    Some("false") => false,
+                    other => {
+                        return Err(format!(
+                            "`{kind}` needs true or false after its token, not {other:?}"
+                        ))
+                    }
+                };
+                if kind == "renewed" {
+                    Observed::Renewed { token: t, ok }
+                } else {
+                    Observed::Released { token: t, ok }
+                }
+            }
+            other => {
+                return Err(format!(
+                    "unknown observation {other:?} (expected acquire-sent, granted, busy, \
+                     renew-sent, renewed, lease-lost, write-sent, accepted, rejected, \
+                     release-sent or released)"
+                ))
+            }
+        };
+        Ok(seen)
+    }
+}
+
 /// One observation: when (microseconds on the trace's clock), who, what.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct TraceEvent {
@@ -129,6 +223,47 @@ impl fmt::Display for TraceEvent {
         let ms = self.at_us / 1000;
         let frac = self.at_us % 1000;
         write!(f, "{ms:>6}.{frac:03} ms  {} {}", self.who, self.what)
+    }
+}
+
+impl TraceEvent {
+    /// The event as one line of a trace file: time (µs), who and the observation's
+    /// [words](Observed::words), separated by tabs (a tab in `who` becomes a space).
+    ///
+    /// ```
+    /// use fencecheck::protocol::{Observed, Token, TraceEvent};
+    ///
+    /// let e = TraceEvent { at_us: 1_200, who: "host:42".into(), what: Observed::Granted { token: Token::new(3) } };
+    /// assert_eq!(e.line(), "1200\thost:42\tgranted 3");
+    /// assert_eq!(TraceEvent::parse_line(&e.line()), Ok(e));
+    /// ```
+    pub fn line(&self) -> String {
+        format!(
+            "{}\t{}\t{}",
+            self.at_us,
+            self.who.replace('\t', " "),
+            self.what.words()
+        )
+    }
+
+    /// Reads [`TraceEvent::line`] back; the error says what the line lacks.
+    pub fn parse_line(line: &str) -> Result<TraceEvent, String> {
+        let mut fields = line.splitn(3, '\t');
+        let (Some(at), Some(who), Some(what)) = (fields.next(), fields.next(), fields.next())
+        else {
+            return Err(
+                "expected three tab-separated fields: microseconds, who, observation".into(),
+            );
+        };
+        let at_us = at
+            .trim()
+            .parse()
+            .map_err(|_| format!("the time must be whole microseconds, not {at:?}"))?;
+        Ok(TraceEvent {
+            at_us,
+            who: who.to_string(),
+            what: Observed::from_words(what)?,
+        })
     }
 }
 
@@ -219,6 +354,70 @@ mod tests {
              2.      5.000 ms  B asks for the lease\n  \
              3.      7.250 ms  A is granted the lease, token 3\n"
         );
+    }
+
+    #[test]
+    fn every_observation_survives_its_words_and_bad_lines_say_what_they_lack() {
+        let t = Token::new(5);
+        let all = [
+            Observed::AcquireSent,
+            Observed::Granted { token: t },
+            Observed::Busy,
+            Observed::RenewSent { token: t },
+            Observed::Renewed { token: t, ok: true },
+            Observed::Renewed {
+                token: t,
+                ok: false,
+            },
+            Observed::LeaseLost { token: t },
+            Observed::WriteSent { token: t },
+            Observed::WriteAccepted { token: t },
+            Observed::WriteRejected {
+                token: t,
+                highest: Token::new(6),
+            },
+            Observed::ReleaseSent { token: t },
+            Observed::Released { token: t, ok: true },
+            Observed::Released {
+                token: t,
+                ok: false,
+            },
+        ];
+        for seen in all {
+            assert_eq!(Observed::from_words(&seen.words()), Ok(seen));
+            let e = TraceEvent {
+                at_us: 42,
+                who: "a\tb".into(),
+                what: seen,
+            };
+            let back = TraceEvent::parse_line(&e.line()).unwrap();
+            assert_eq!(
+                (back.at_us, back.who.as_str(), back.what),
+                (42, "a b", seen)
+            );
+        }
+        assert_eq!(
+            Observed::from_words("granted 7 300000"),
+            Ok(Observed::Granted {
+                token: Token::new(7)
+            })
+        );
+        for (bad, says) in [
+            ("", "empty"),
+            ("granted", "needs a token"),
+            ("granted x", "whole number"),
+            ("renewed 3 maybe", "true or false"),
+            ("stolen 3", "unknown observation"),
+        ] {
+            let err = Observed::from_words(bad).unwrap_err();
+            assert!(err.contains(says), "{bad:?}: {err}");
+        }
+        assert!(TraceEvent::parse_line("12 granted 3")
+            .unwrap_err()
+            .contains("three tab-separated"));
+        assert!(TraceEvent::parse_line("soon\tA\tbusy")
+            .unwrap_err()
+            .contains("microseconds"));
     }
 
     #[test]
