@@ -186,9 +186,12 @@ fn a_lost_token_counter_is_refused_across_runs() {
     let url = redis.url();
     let state = TempDir::new("run-floor").unwrap();
     let marker = state.path().join("ran");
+    let trace = state.path().join("runs.trace");
     let run = |extra: &[&str]| {
         Command::new(env!("CARGO_BIN_EXE_fencecheck"))
             .args(["run", "--redis-url", &url, "--name", "floor", "--ttl", "5s"])
+            .arg("--trace")
+            .arg(&trace)
             .args(extra)
             .args(["--", "sh", "-c"])
             .arg(format!("echo $FENCECHECK_TOKEN >> {}", marker.display()))
@@ -201,6 +204,10 @@ fn a_lost_token_counter_is_refused_across_runs() {
         assert_eq!(out.status.code(), Some(0), "{out:?}");
     }
     assert_eq!(std::fs::read_to_string(&marker).unwrap(), "1\n2\n3\n");
+    // The three runs' trace (acquire, grant, release each) is one the model explains.
+    let (code, out) = validate(&[&trace], "5s");
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("12 events from 3 clients"), "{out}");
     redis.restart().unwrap();
     let out = run(&state_dir);
     let err = String::from_utf8_lossy(&out.stderr);
@@ -226,6 +233,75 @@ fn a_lost_token_counter_is_refused_across_runs() {
         "1\n2\n3\n2\n",
         "the control runs with a repeated token"
     );
+    // The same trace file now holds the grants after the restart: the model's lock service
+    // never hands out a token that is not larger than the last, so it cannot explain them.
+    let (code, out) = validate(&[&trace], "5s");
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("NOT explained") && out.contains("1 is not larger than the last grant's 3"),
+        "{out}"
+    );
+}
+
+/// `fencecheck validate FILES --ttl TTL`: its exit status and what it printed.
+fn validate(files: &[&std::path::Path], ttl: &str) -> (Option<i32>, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_fencecheck"))
+        .arg("validate")
+        .args(files)
+        .args(["--ttl", ttl])
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code(), text)
+}
+
+/// A supervisor stopped (SIGSTOP) past its lease while a second `run` waits for the lock: the
+/// second is granted once the lease has run out on the server, the first wakes to a refused
+/// renewal, stops its command (exit 76) and is told its release freed nothing. The two runs'
+/// `--trace` files, merged, are a behaviour the model allows. The control replays the same
+/// files as a lock granting 10 s leases: the second grant then came while the first lease was
+/// live, which the model rejects.
+#[test]
+fn a_paused_supervisor_and_its_successor_leave_traces_the_model_explains() {
+    let Some(redis) = started_or_skip("run faults: traced pause", RedisServer::start(false)) else {
+        return;
+    };
+    let flags = redis_flags(&redis.url());
+    let dir = TempDir::new("run-trace").unwrap();
+    let (first, second) = (dir.path().join("a.trace"), dir.path().join("b.trace"));
+    let started = dir.path().join("started");
+    let work = format!("echo $$ > {}; sleep 4", started.display());
+    let trace_a = ["--trace", first.to_str().unwrap()];
+    let a = run_cmd(&flags, "traced", "1s", &trace_a, &work);
+    read_when_written(&started);
+    signal(a.id(), libc::SIGSTOP).unwrap();
+    let trace_b = ["--wait", "10s", "--trace", second.to_str().unwrap()];
+    let b = run_cmd(&flags, "traced", "1s", &trace_b, "true");
+    let b_out = b.wait_with_output().unwrap();
+    signal(a.id(), libc::SIGCONT).unwrap();
+    let a_out = a.wait_with_output().unwrap();
+    let a_err = String::from_utf8_lossy(&a_out.stderr);
+    assert_eq!(b_out.status.code(), Some(0), "{b_out:?}");
+    assert_eq!(a_out.status.code(), Some(76), "{a_err}");
+    let a_trace = std::fs::read_to_string(&first).unwrap();
+    assert!(
+        a_trace.contains("lease-lost 1") && a_trace.contains("released 1 false"),
+        "{a_trace}"
+    );
+    let (code, out) = validate(&[&first, &second], "1s");
+    assert_eq!(code, Some(0), "{out}\n{a_trace}");
+    assert!(
+        out.contains("from 2 clients in 2 files: explained"),
+        "{out}"
+    );
+    eprintln!("traced pause: {}", out.trim());
+    let (code, out) = validate(&[&first, &second], "10s");
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("cannot be explained"), "{out}");
 }
 
 /// A supervisor whose clock runs slower than its drift margin covers is outside `run`'s

@@ -36,7 +36,7 @@ pub use self::keepalive::{
 pub use self::local::{LocalFencedMap, LocalLock};
 pub use self::postgres::PgFencedStore;
 pub use self::redis::{scripts as redis_scripts, RedisFencedStore, RedisLock, RedisOptions};
-pub use self::traced::{Recorder, TracedLock, TracedStore};
+pub use self::traced::{monotonic_us, Recorder, TracedLock, TracedStore};
 pub use self::ttl::Ttl;
 pub use self::zookeeper::{ZkElection, ZkLock, ZkOptions};
 

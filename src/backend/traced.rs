@@ -9,6 +9,7 @@
 use super::{Acquired, BackendError, FencedStorage, Grant, Holder, LockService, Ttl, WriteOutcome};
 use crate::protocol::{Observed, Token, Trace};
 use crate::sync::Mutex;
+use std::io::Write;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -29,7 +30,67 @@ use std::time::{Duration, Instant};
 /// ```
 #[derive(Clone, Debug)]
 pub struct Recorder {
-    shared: Arc<(Instant, Mutex<Trace>)>,
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    clock: Clock,
+    trace: Mutex<Trace>,
+    /// Where each event is also written as a line, and the first error writing there.
+    sink: Mutex<Option<Sink>>,
+}
+
+struct Sink {
+    out: Box<dyn Write + Send>,
+    error: Option<String>,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Recorder")
+            .field("clock", &self.clock)
+            .field("events", &self.trace.lock().len())
+            .finish()
+    }
+}
+
+/// What a recorder stamps its events with.
+#[derive(Clone, Copy, Debug)]
+enum Clock {
+    /// Microseconds since the recorder was made.
+    Since(Instant),
+    /// The machine's monotonic clock ([`monotonic_us`]), the same in every process.
+    Monotonic,
+}
+
+/// The machine's monotonic clock (CLOCK_MONOTONIC on Linux) in microseconds: one clock for every
+/// process on the machine, so the traces several processes record can be merged. Read with the
+/// system call itself, which libfaketime does not intercept.
+pub fn monotonic_us() -> u64 {
+    #[cfg(target_os = "linux")]
+    {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: the clock_gettime system call writes the timespec it is given;
+        // CLOCK_MONOTONIC always exists.
+        unsafe {
+            libc::syscall(
+                libc::SYS_clock_gettime,
+                libc::CLOCK_MONOTONIC,
+                &mut ts as *mut libc::timespec,
+            )
+        };
+        u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000
+            + u64::try_from(ts.tv_nsec).unwrap_or(0) / 1_000
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+        let start = *START.get_or_init(Instant::now);
+        u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX)
+    }
 }
 
 impl Default for Recorder {
@@ -41,20 +102,66 @@ impl Default for Recorder {
 impl Recorder {
     /// A recorder whose clock starts now.
     pub fn new() -> Self {
+        Self::with(Clock::Since(Instant::now()), None)
+    }
+
+    /// A recorder that also writes every event to `out` as it happens, one
+    /// [`TraceEvent::line`](crate::protocol::TraceEvent::line) each, stamped with the machine's
+    /// [monotonic clock](monotonic_us): the files of several processes on one machine merge
+    /// into one trace, and a process killed mid-run leaves every event it observed.
+    pub fn writing_to(out: impl Write + Send + 'static) -> Self {
+        let sink = Sink {
+            out: Box::new(out),
+            error: None,
+        };
+        Self::with(Clock::Monotonic, Some(sink))
+    }
+
+    fn with(clock: Clock, sink: Option<Sink>) -> Self {
         Recorder {
-            shared: Arc::new((Instant::now(), Mutex::new(Trace::new()))),
+            shared: Arc::new(Shared {
+                clock,
+                trace: Mutex::new(Trace::new()),
+                sink: Mutex::new(sink),
+            }),
         }
     }
 
     /// `who` observed `what` now.
     pub fn record(&self, who: &str, what: Observed) {
-        let at = u64::try_from(self.shared.0.elapsed().as_micros()).unwrap_or(u64::MAX);
-        self.shared.1.lock().record(at, who, what);
+        let at = match self.shared.clock {
+            Clock::Since(start) => u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX),
+            Clock::Monotonic => monotonic_us(),
+        };
+        let line = {
+            let mut trace = self.shared.trace.lock();
+            trace.record(at, who, what);
+            trace.events().last().map(|e| e.line())
+        };
+        let mut sink = self.shared.sink.lock();
+        if let (Some(sink), Some(line)) = (sink.as_mut(), line) {
+            if sink.error.is_none() {
+                let written = writeln!(sink.out, "{line}").and_then(|()| sink.out.flush());
+                if let Err(e) = written {
+                    sink.error = Some(e.to_string());
+                }
+            }
+        }
     }
 
     /// What was recorded so far.
     pub fn trace(&self) -> Trace {
-        self.shared.1.lock().clone()
+        self.shared.trace.lock().clone()
+    }
+
+    /// The first error writing events out ([`Recorder::writing_to`]); events after it were kept
+    /// in memory only.
+    pub fn write_error(&self) -> Option<String> {
+        self.shared
+            .sink
+            .lock()
+            .as_ref()
+            .and_then(|s| s.error.clone())
     }
 
     /// `lock`, recording its clients' requests and answers here.

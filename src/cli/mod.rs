@@ -13,6 +13,7 @@ mod run;
 mod servers;
 #[cfg(feature = "backends")]
 mod torture;
+mod validate;
 
 use clap::{Args, Parser, Subcommand};
 use fencecheck::check::catalog;
@@ -64,19 +65,33 @@ enum Command {
     #[cfg(feature = "backends")]
     Run(run::RunArgs),
     /// A fault campaign against a lock service: worker processes add to a counter in PostgreSQL
-    /// under the lease while the nemesis pauses (SIGSTOP) one of them past its lease.
+    /// under the lease while a nemesis strikes one of them or the server.
     ///
     /// Each trial starts --workers processes of this program that take the lease, read the
     /// counter, and write it plus one with the fencing token (in one transaction fenced by the
-    /// token). Every worker reports what it observes; each trial is judged by increments lost,
-    /// storage_in_lease_order, and trace validation against the model. Servers not given by flag
-    /// are started as throwaway ones on 127.0.0.1. --no-fence is the control that loses
+    /// token). The nemeses take turns: pause (SIGSTOP a holder past its TTL), stall (freeze its
+    /// links to the lock service and PostgreSQL), kill-server (kill -9 and restart a server this
+    /// command started) and clock-skew (a worker under libfaketime). Every worker reports what it
+    /// observes; each trial is judged by increments lost, storage_in_lease_order, trace
+    /// validation against the model and linearizability of the counter. Servers not given by
+    /// flag are started as throwaway ones on 127.0.0.1. --no-fence is the control that loses
     /// increments.
     ///
     /// Exit status: 0 when every trial kept every rule, 1 when one broke one, 2 on bad usage or
     /// when the campaign could not run.
     #[cfg(feature = "backends")]
     Torture(torture::TortureArgs),
+    /// Replay recorded traces through the model: is every observed answer one the lock service
+    /// and fenced storage of the model could have given?
+    ///
+    /// Reads the files `run --trace` writes (or any program writing the same lines), merges their
+    /// events by time and replays them, placing each request anywhere between its send and its
+    /// answer and each lease's end where its TTL runs out (within --slack). Names the first event
+    /// no placement explains, with the model's state and the timeline up to it.
+    ///
+    /// Exit status: 0 when the model explains every event, 1 when it cannot (or the search gave
+    /// up), 2 on bad usage or an unreadable file.
+    Validate(validate::ValidateArgs),
     /// One worker of a `torture` trial (started by `torture`).
     #[cfg(feature = "backends")]
     #[command(hide = true)]
@@ -197,6 +212,7 @@ pub fn main() -> ExitCode {
         #[cfg(feature = "backends")]
         Command::Demo(args) => demo::run(args),
         Command::Report(args) => report::run(args),
+        Command::Validate(args) => validate::run(args),
         #[cfg(feature = "backends")]
         Command::Run(args) => run::run(args),
         #[cfg(feature = "backends")]
@@ -208,6 +224,34 @@ pub fn main() -> ExitCode {
         eprintln!("error: {message}");
         ExitCode::from(2)
     })
+}
+
+/// Parses `30s`, `500ms`, `2m`, `1h`, `1.5s`.
+fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .ok_or_else(|| format!("{text:?} has no unit; expected e.g. 500ms, 30s, 2m or 1h"))?;
+    let (number, unit) = t.split_at(split);
+    let n: f64 = number
+        .parse()
+        .map_err(|_| format!("{text:?}: expected a number followed by ms, s, m or h"))?;
+    let scale = match unit {
+        "ms" => 0.001,
+        "s" => 1.0,
+        "m" => 60.0,
+        "h" => 3600.0,
+        _ => {
+            return Err(format!(
+                "{text:?}: unknown unit {unit:?}; expected ms, s, m or h"
+            ))
+        }
+    };
+    let secs = n * scale;
+    if !secs.is_finite() || secs > 1e9 {
+        return Err(format!("{text:?} is too long"));
+    }
+    Ok(std::time::Duration::from_secs_f64(secs))
 }
 
 /// The valid model names, for error messages.

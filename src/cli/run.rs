@@ -1,13 +1,13 @@
 //! `fencecheck run`: run a command while holding a lease, like `flock` across machines.
 
 use super::floor::{FloorError, TokenFloor};
-use super::UsageError;
+use super::{parse_duration, UsageError};
 use clap::{Args, ValueEnum};
 use fencecheck::backend::{
-    connect, default_drift, default_grace, hold, parse_endpoints, Acquired, AnyLock, BackendError,
-    ErrorKind, Grant, KeepaliveOptions, LockService, LockSpec, Stop,
+    connect, default_drift, default_grace, hold, parse_endpoints, Acquired, BackendError,
+    ErrorKind, Grant, KeepaliveOptions, LockService, LockSpec, Recorder, Stop,
 };
-use fencecheck::protocol::{safe_deadline, Phase, ScheduleError, StopPolicy};
+use fencecheck::protocol::{safe_deadline, Observed, Phase, ScheduleError, StopPolicy};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -109,34 +109,6 @@ impl LockArgs {
     }
 }
 
-/// Parses `30s`, `500ms`, `2m`, `1h`, `1.5s`.
-pub(super) fn parse_duration(text: &str) -> Result<Duration, String> {
-    let t = text.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .ok_or_else(|| format!("{text:?} has no unit; expected e.g. 500ms, 30s, 2m or 1h"))?;
-    let (number, unit) = t.split_at(split);
-    let n: f64 = number
-        .parse()
-        .map_err(|_| format!("{text:?}: expected a number followed by ms, s, m or h"))?;
-    let scale = match unit {
-        "ms" => 0.001,
-        "s" => 1.0,
-        "m" => 60.0,
-        "h" => 3600.0,
-        _ => {
-            return Err(format!(
-                "{text:?}: unknown unit {unit:?}; expected ms, s, m or h"
-            ))
-        }
-    };
-    let secs = n * scale;
-    if !secs.is_finite() || secs > 1e9 {
-        return Err(format!("{text:?} is too long"));
-    }
-    Ok(Duration::from_secs_f64(secs))
-}
-
 #[derive(Debug, Args)]
 pub(super) struct RunArgs {
     #[command(flatten)]
@@ -174,6 +146,12 @@ pub(super) struct RunArgs {
     /// Bound on connecting to and each request to the lock service.
     #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_duration)]
     timeout: Duration,
+    /// Append what this run observes of the lock to FILE as it happens: the acquire and its
+    /// answer, every renewal and its answer, the moment it concludes the lease is lost, the
+    /// release. One line per event, stamped with the machine's monotonic clock, so the files of
+    /// several runs on one machine merge; `fencecheck validate` replays them through the model.
+    #[arg(long, value_name = "FILE")]
+    trace: Option<std::path::PathBuf>,
     /// The command and its arguments (after `--`). It gets FENCECHECK_TOKEN, FENCECHECK_LOCK and
     /// FENCECHECK_OWNER in its environment.
     #[arg(last = true, required = true, value_name = "CMD")]
@@ -253,6 +231,17 @@ pub(super) fn run(args: RunArgs) -> Result<ExitCode, UsageError> {
         Some(text) => Some(parse_duration(text).map_err(|e| UsageError(format!("--wait {e}")))?),
     };
     let owner = args.owner.clone().unwrap_or_else(default_owner);
+    let recorder = match &args.trace {
+        None => None,
+        Some(path) => {
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .map_err(|e| UsageError(format!("--trace {}: {e}", path.display())))?;
+            Some(Recorder::writing_to(file))
+        }
+    };
     runtime().block_on(async move {
         // With --wait, an unreachable or slow lock service is waited out like a busy lock.
         let until = wait.map(|d| Instant::now() + d);
@@ -272,7 +261,18 @@ pub(super) fn run(args: RunArgs) -> Result<ExitCode, UsageError> {
                         args.lock.backend_name()
                     );
                 }
-                run_holding(Arc::new(lock), owner, (wait, until), floor, args).await
+                let waiting = (wait, until);
+                let code = match &recorder {
+                    Some(r) => {
+                        let traced = Arc::new(r.lock(lock));
+                        run_holding(traced, owner, waiting, floor, Some(r), args).await
+                    }
+                    None => run_holding(Arc::new(lock), owner, waiting, floor, None, args).await,
+                };
+                if let Some(e) = recorder.as_ref().and_then(Recorder::write_error) {
+                    eprintln!("fencecheck run: warning: the trace file is incomplete: {e}");
+                }
+                code
             }
             Err(e) => backend_failure(e),
         }
@@ -282,7 +282,7 @@ pub(super) fn run(args: RunArgs) -> Result<ExitCode, UsageError> {
 /// After an acquire that timed out on the client, the server may have granted it all the same:
 /// frees a lease the server shows for `owner` (unique to this run: HOST:PID by default), so it
 /// does not keep everyone out for a whole TTL. Best effort; says what it did.
-async fn free_own_lease(lock: &AnyLock, owner: &str) {
+async fn free_own_lease<L: LockService>(lock: &L, owner: &str) {
     if let Ok(Some(h)) = lock.holder().await {
         if h.owner == owner && lock.release(owner, h.token).await.unwrap_or(false) {
             eprintln!(
@@ -325,13 +325,19 @@ where
     }
 }
 
-async fn run_holding(
-    lock: Arc<AnyLock>,
+async fn run_holding<L: LockService + 'static>(
+    lock: Arc<L>,
     owner: String,
     (wait, until): (Option<Duration>, Option<Instant>),
     floor: Option<TokenFloor>,
+    recorder: Option<&Recorder>,
     args: RunArgs,
 ) -> Result<ExitCode, UsageError> {
+    let concluded_lost = |token| {
+        if let Some(r) = recorder {
+            r.record(&owner, Observed::LeaseLost { token });
+        }
+    };
     let acquired = match wait {
         Some(d) if d.is_zero() => match lock.try_acquire(&owner).await {
             Ok(Acquired::Granted(g)) => Ok(Some(g)),
@@ -344,7 +350,7 @@ async fn run_holding(
                 return Ok(ExitCode::from(EXIT_LOCK_BUSY));
             }
             Err(e) if e.kind() == ErrorKind::Timeout => {
-                free_own_lease(&lock, &owner).await;
+                free_own_lease(lock.as_ref(), &owner).await;
                 Err(e)
             }
             Err(e) => Err(e),
@@ -358,7 +364,7 @@ async fn run_holding(
                 let (lock, owner, timed_out) = (&lock, &owner, &timed_out);
                 async move {
                     if timed_out.get() {
-                        free_own_lease(lock, owner).await;
+                        free_own_lease(lock.as_ref(), owner).await;
                     }
                     let r = lock.acquire(owner, left).await;
                     timed_out.set(r.as_ref().is_err_and(|e| e.kind() == ErrorKind::Timeout));
@@ -477,6 +483,7 @@ async fn run_holding(
             status = child.wait() => break status,
             stop = held.next_stop() => match stop {
                 Stop::Gently { lost: Some(reason) } => {
+                    concluded_lost(token);
                     eprintln!(
                         "fencecheck run: lease on {:?} (token {token}) lost: {reason}; sending \
                          SIGTERM to the command's process group",
@@ -485,6 +492,7 @@ async fn run_holding(
                     signal_group(group, libc::SIGTERM);
                 }
                 Stop::Gently { lost: None } => {
+                    concluded_lost(token);
                     eprintln!(
                         "fencecheck run: lease on {:?} (token {token}) not renewed; sending \
                          SIGTERM to the command's process group {:?} before the lease's safe \

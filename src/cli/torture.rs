@@ -9,7 +9,7 @@ use super::servers::Started;
 use super::{write_file, UsageError};
 use clap::{Args, ValueEnum};
 use fencecheck::backend::{
-    connect, AnyLock, FencedStorage, LocalLock, LockService, LockSpec, PgFencedStore,
+    connect, monotonic_us, AnyLock, FencedStorage, LocalLock, LockService, LockSpec, PgFencedStore,
 };
 use fencecheck::check::campaign::{judge, worst, Fault, Totals, TrialRecord, TrialVerdict};
 use fencecheck::check::linearize::{Answer, Call, Operation};
@@ -165,26 +165,6 @@ pub(super) struct Job {
 const FENCED_TABLE: &str = "fencecheck_torture";
 const UNFENCED_TABLE: &str = "fencecheck_torture_unfenced";
 
-/// Microseconds on CLOCK_MONOTONIC: one clock for every process on this machine. Asked of the
-/// kernel directly, so a worker under libfaketime (which replaces the C library's
-/// `clock_gettime`) still stamps its lines with the real clock.
-fn mono_us() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: the clock_gettime system call writes the timespec it is given; CLOCK_MONOTONIC
-    // always exists.
-    unsafe {
-        libc::syscall(
-            libc::SYS_clock_gettime,
-            libc::CLOCK_MONOTONIC,
-            &mut ts as *mut libc::timespec,
-        )
-    };
-    ts.tv_sec as u64 * 1_000_000 + ts.tv_nsec as u64 / 1_000
-}
-
 fn check_range(
     flag: &str,
     value: u64,
@@ -315,7 +295,7 @@ pub(super) fn run(args: TortureArgs) -> Result<ExitCode, UsageError> {
             .join(",")
     );
     println!("{title}");
-    let run_id = format!("{}-{}", std::process::id(), mono_us() / 1000);
+    let run_id = format!("{}-{}", std::process::id(), monotonic_us() / 1000);
     let mut records = Vec::new();
     let mut verdicts: Vec<TrialVerdict> = Vec::new();
     let mut totals = Totals::default();
@@ -593,7 +573,7 @@ fn trial(
     let mut links: Vec<Links> = Vec::new();
     let mut faults: Vec<(String, String, u64, u64)> = Vec::new(); // who, what, from, to (mono µs)
     let skewed = (nemesis == Nemesis::ClockSkew).then_some(i as usize % args.workers as usize);
-    let trial_start = mono_us();
+    let trial_start = monotonic_us();
     // The in-process lock, shared by this trial's worker threads.
     let local = match setup.spec {
         None => Some(Arc::new(
@@ -689,7 +669,7 @@ fn trial(
     let mut lines: Vec<Line> = Vec::new();
     let mut ttl = Duration::from_millis(args.ttl_ms);
     let mut open = args.workers as usize;
-    let give_up = mono_us() + 180_000_000;
+    let give_up = monotonic_us() + 180_000_000;
     let end_fault = |h: &Holding, children: &[Child], links: &[Links]| {
         if nemesis == Nemesis::Stall {
             links[h.worker].thaw();
@@ -705,7 +685,7 @@ fn trial(
         "paused (SIGSTOP)"
     };
     while open > 0 {
-        let now = mono_us();
+        let now = monotonic_us();
         if now > give_up {
             kill_all(&mut children);
             return Err(UsageError(format!(
@@ -747,7 +727,7 @@ fn trial(
         if !struck && line.text.split(' ').next() == Some(strike_at) {
             struck = true;
             let w = line.worker;
-            let from = mono_us();
+            let from = monotonic_us();
             let until = from + (ttl + overshoot).as_micros() as u64;
             match nemesis {
                 Nemesis::Pause => {
@@ -770,7 +750,7 @@ fn trial(
                 Nemesis::KillServer => {
                     if let Some(which) = started.kill_and_restart()? {
                         let what = format!("{which} killed (kill -9) and restarted");
-                        faults.push(("server".into(), what, from, mono_us()));
+                        faults.push(("server".into(), what, from, monotonic_us()));
                     }
                 }
                 Nemesis::ClockSkew => {}
@@ -784,7 +764,7 @@ fn trial(
             format!("w{}", h.worker + 1),
             fault_name.into(),
             h.from,
-            mono_us(),
+            monotonic_us(),
         ));
     }
     for (w, t) in threads.into_iter().enumerate() {
@@ -808,7 +788,7 @@ fn trial(
     }
     if let Some(w) = skewed {
         let what = format!("clock at a quarter speed (libfaketime {SKEW:?})");
-        faults.push((format!("w{}", w + 1), what, trial_start, mono_us()));
+        faults.push((format!("w{}", w + 1), what, trial_start, monotonic_us()));
     }
     lines.sort_by_key(|l| l.at);
     let origin = lines.first().map_or(0, |l| l.at);
@@ -919,36 +899,13 @@ fn spec_flags(spec: &LockSpec) -> Vec<String> {
 /// What a worker's line says it observed (`read` and `done` are not observations of the lock or
 /// the storage).
 fn observed(text: &str) -> Option<Observed> {
-    let mut words = text.split(' ');
-    let kind = words.next()?;
-    let mut token = || words.next().and_then(|t| t.parse().ok()).map(Token::new);
-    Some(match kind {
-        "acquire-sent" => Observed::AcquireSent,
-        "granted" => Observed::Granted { token: token()? },
-        "busy" => Observed::Busy,
-        "write-sent" => Observed::WriteSent { token: token()? },
-        "accepted" => Observed::WriteAccepted { token: token()? },
-        "rejected" => {
-            let t = token()?;
-            Observed::WriteRejected {
-                token: t,
-                highest: token()?,
-            }
-        }
-        "release-sent" => Observed::ReleaseSent { token: token()? },
-        "released" => {
-            let t = token()?;
-            let ok = words.next()? == "true";
-            Observed::Released { token: t, ok }
-        }
-        _ => return None,
-    })
+    Observed::from_words(text).ok()
 }
 
 /// Prints one observation, stamped with the shared clock.
 fn emit(text: &str) {
     let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{} {text}", mono_us());
+    let _ = writeln!(out, "{} {text}", monotonic_us());
     let _ = out.flush();
 }
 
@@ -1013,7 +970,7 @@ fn local_worker(
     let send = |text: String| {
         let _ = tx.send(Some(Line {
             worker: w,
-            at: mono_us(),
+            at: monotonic_us(),
             text,
         }));
     };
@@ -1027,12 +984,12 @@ fn local_worker(
         {
             // The whole worker stops, its database connection's task included (they share
             // this thread), as a stopped process would.
-            let from = mono_us();
+            let from = monotonic_us();
             std::thread::sleep(ttl + p.overshoot);
             let _ = tx.send(Some(Line {
                 worker: w,
                 at: from,
-                text: format!("nemesis-paused {}", mono_us()),
+                text: format!("nemesis-paused {}", monotonic_us()),
             }));
         }
     };

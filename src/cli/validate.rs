@@ -1,0 +1,113 @@
+//! `fencecheck validate`: recorded traces replayed through the model.
+
+use super::{parse_duration, UsageError};
+use clap::Args;
+use fencecheck::check::trace::{validate, Replay, TraceError};
+use fencecheck::protocol::{FencePolicy, Trace, TraceEvent};
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+#[derive(Debug, Args)]
+pub(super) struct ValidateArgs {
+    /// Trace files, one event per line (`fencecheck run --trace FILE` writes them): microseconds
+    /// on one clock, who, what, separated by tabs. The events of every file are merged by time.
+    #[arg(required = true, value_name = "FILE")]
+    files: Vec<PathBuf>,
+    /// The lease's TTL as the lock service granted it (etcd rounds up to whole seconds;
+    /// ZooKeeper clamps the session timeout to its bounds).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    ttl: Duration,
+    /// How far the service's clock may be from the trace's where a lease ends (default: 2 ms
+    /// plus 1 % of the TTL).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    slack: Option<Duration>,
+    /// The storage accepts every write whatever its token (default: it rejects a token below
+    /// the highest it has seen).
+    #[arg(long)]
+    unfenced: bool,
+    /// Give up (no verdict, exit 1) after this many search states.
+    #[arg(long, value_name = "N", default_value_t = 1_000_000)]
+    max_states: usize,
+}
+
+/// Reads the trace files and merges their events by time (stable: events at the same
+/// microsecond keep their file's order); times start at the first event.
+fn read_traces(files: &[PathBuf]) -> Result<Trace, UsageError> {
+    let mut events: Vec<TraceEvent> = Vec::new();
+    for path in files {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| UsageError(format!("{}: {e}", path.display())))?;
+        for (n, line) in text.lines().enumerate() {
+            if line.trim().is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let event = TraceEvent::parse_line(line)
+                .map_err(|e| UsageError(format!("{}:{}: {e}", path.display(), n + 1)))?;
+            events.push(event);
+        }
+    }
+    events.sort_by_key(|e| e.at_us);
+    let origin = events.first().map_or(0, |e| e.at_us);
+    let mut trace = Trace::new();
+    for e in events {
+        trace.record(e.at_us - origin, &e.who, e.what);
+    }
+    Ok(trace)
+}
+
+pub(super) fn run(args: ValidateArgs) -> Result<ExitCode, UsageError> {
+    if args.ttl.is_zero() {
+        return Err(UsageError("--ttl must be more than 0".into()));
+    }
+    let trace = read_traces(&args.files)?;
+    if trace.is_empty() {
+        return Err(UsageError(format!(
+            "no events in {}: nothing to validate",
+            args.files
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
+    let policy = if args.unfenced {
+        FencePolicy::AcceptAll
+    } else {
+        FencePolicy::Fenced
+    };
+    let mut replay = Replay::new(args.ttl, policy);
+    if let Some(slack) = args.slack {
+        replay = replay.slack(slack);
+    }
+    replay.max_states = args.max_states;
+    let clients: BTreeSet<&str> = trace.events().iter().map(|e| e.who.as_str()).collect();
+    let what = format!(
+        "{} events from {} client{} in {} file{}",
+        trace.len(),
+        clients.len(),
+        if clients.len() == 1 { "" } else { "s" },
+        args.files.len(),
+        if args.files.len() == 1 { "" } else { "s" },
+    );
+    match validate(&trace, &replay) {
+        Ok(v) => {
+            println!(
+                "{what}: explained by the model ({} grants, {} search states; TTL {:?}, slack \
+                 {} µs, {} storage)",
+                v.grants,
+                v.states,
+                args.ttl,
+                replay.slack_us,
+                if args.unfenced { "unfenced" } else { "fenced" }
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e @ TraceError::ZeroTtl) => Err(UsageError(e.to_string())),
+        Err(e) => {
+            println!("{what}: NOT explained\n{e}");
+            Ok(ExitCode::from(1))
+        }
+    }
+}
