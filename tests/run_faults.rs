@@ -9,8 +9,8 @@ mod common;
 
 use common::faults::{
     alive, lost_lease_stops_the_whole_tree, now_ms, read_when_written, run_cmd, slow_stopping_job,
-    stall_stops_the_work_before_the_server_expires_the_lease, work_dies_with_its_supervisor,
-    StallTrial,
+    stall_stops_the_work_before_the_server_expires_the_lease, validate,
+    work_dies_with_its_supervisor, StallTrial,
 };
 use fencecheck::backend::LockSpec;
 use fencecheck_testkit::{signal, started_or_skip, FreezableProxy, RedisServer, TempDir};
@@ -241,22 +241,6 @@ fn a_lost_token_counter_is_refused_across_runs() {
         out.contains("NOT explained") && out.contains("1 is not larger than the last grant's 3"),
         "{out}"
     );
-}
-
-/// `fencecheck validate FILES --ttl TTL`: its exit status and what it printed.
-fn validate(files: &[&std::path::Path], ttl: &str) -> (Option<i32>, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_fencecheck"))
-        .arg("validate")
-        .args(files)
-        .args(["--ttl", ttl])
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.code(), text)
 }
 
 /// A supervisor stopped (SIGSTOP) past its lease while a second `run` waits for the lock: the

@@ -3,7 +3,7 @@
 //! the supervisor and its server stops a slow-stopping job before the server expires the lease
 //! (the margin measured against the server itself). Each check runs a control beside it: a job
 //! that leaves the command's process group (`setsid`) is seen by the same check to outlive the
-//! lease.
+//! lease. Each stall trial's `run --trace` file is replayed through the model.
 
 use fencecheck::backend::{connect, LockService, LockSpec};
 use fencecheck_testkit::{signal, FreezableProxy, TempDir};
@@ -47,6 +47,22 @@ pub fn run_cmd_under(
     .stderr(Stdio::piped())
     .spawn()
     .expect("start fencecheck run")
+}
+
+/// `fencecheck validate FILES --ttl TTL`: its exit status and what it printed.
+pub fn validate(files: &[&Path], ttl: &str) -> (Option<i32>, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_fencecheck"))
+        .arg("validate")
+        .args(files)
+        .args(["--ttl", ttl])
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code(), text)
 }
 
 /// Waits for `path` to hold a line, and returns it.
@@ -238,7 +254,8 @@ impl StallTrial<'_> {
         let started = dir.path().join("started");
         let ended = dir.path().join("ended");
         let script = slow_stopping_job(&started, &ended, escape);
-        let mut extra = vec!["--grace", "600ms"];
+        let trace = dir.path().join("run.trace");
+        let mut extra = vec!["--grace", "600ms", "--trace", trace.to_str().unwrap()];
         extra.extend_from_slice(self.extra);
         let run = run_cmd_under(self.wrapper, self.proxied, name, "2s", &extra, &script);
         let job: u32 = read_when_written(&started).parse().unwrap();
@@ -281,6 +298,18 @@ impl StallTrial<'_> {
         let out = run.wait_with_output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
         assert_eq!(out.status.code(), Some(76), "{name}: {stderr}");
+        // What `run` observed of the lock (the grant, renewals unanswered in the freeze and
+        // answered after it, the lease concluded lost, the release) is a behaviour the model
+        // allows, at the TTL the server grants.
+        let ttl = format!("{}ms", watcher.ttl().granted().as_millis());
+        let (code, said) = validate(&[&trace], &ttl);
+        assert_eq!(
+            code,
+            Some(0),
+            "{name}: {said}\n{}",
+            std::fs::read_to_string(&trace).unwrap_or_default()
+        );
+        eprintln!("{name}: run's trace: {}", said.trim());
         (margin, stderr)
     }
 }
