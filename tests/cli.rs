@@ -275,6 +275,7 @@ fn help_is_there_for_every_command() {
         &["demo", "--help"],
         #[cfg(feature = "backends")]
         &["run", "--help"],
+        &["validate", "--help"],
     ] {
         let out = fencecheck(cmd);
         assert_eq!(out.status.code(), Some(0), "{cmd:?}");
@@ -420,4 +421,68 @@ fn sizes_a_model_is_not_declared_for_are_refused_naming_the_flag() {
     // A size every model declares is checked, and every verdict matches at it.
     let out = fencecheck(&["check", "token-reset", "durable-token", "--clients", "1"]);
     assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+}
+
+/// `validate` on hand-written trace files: explained (exit 0), not explained (exit 1, the event
+/// named), and every bad input one line with exit 2.
+#[test]
+fn validate_replays_trace_files_and_names_bad_input() {
+    let dir = fencecheck_testkit::fresh_dir(env!("CARGO_TARGET_TMPDIR"), "validate");
+    let file = |name: &str, text: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path.to_str().unwrap().to_string()
+    };
+    // A's lease (1 s) runs out; B is granted 1.5 s after A.
+    let a = file(
+        "a.trace",
+        "# ttl-us 1000000 (lock \"x\")\n100\tA\tacquire-sent\n200\tA\tgranted 1\n",
+    );
+    let b = file(
+        "b.trace",
+        "# ttl-us 1000000\n1500000\tB\tacquire-sent\n1500300\tB\tgranted 2\n",
+    );
+    let out = fencecheck(&["validate", &a, &b]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("4 events from 2 clients in 2 files: explained by the model"),
+        "{}",
+        stdout(&out)
+    );
+    // The same files as 2 s leases: B's grant came while A's lease was live.
+    let out = fencecheck(&["validate", &a, &b, "--ttl", "2s"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("NOT explained") && text.contains("event 4 cannot be explained"),
+        "{text}"
+    );
+    let other_ttl = file("c.trace", "# ttl-us 3000000\n");
+    let no_ttl = file("d.trace", "10\tA\tacquire-sent\n");
+    let bad_line = file("e.trace", "10\tA\tacquire-sent\n20 A granted 1\n");
+    let bad_word = file("f.trace", "10\tA\tstolen 1\n");
+    let empty = file("g.trace", "# nothing\n");
+    for (args, says) in [
+        (vec![a.as_str(), other_ttl.as_str()], "disagree on the TTL"),
+        (vec![no_ttl.as_str()], "no --ttl given"),
+        (
+            vec![bad_line.as_str(), "--ttl", "1s"],
+            "e.trace:2: expected three",
+        ),
+        (
+            vec![bad_word.as_str(), "--ttl", "1s"],
+            "unknown observation",
+        ),
+        (vec![empty.as_str(), "--ttl", "1s"], "no events"),
+        (vec![a.as_str(), "--ttl", "0s"], "more than 0"),
+        (vec!["/nonexistent/x.trace", "--ttl", "1s"], "x.trace"),
+    ] {
+        let mut all = vec!["validate"];
+        all.extend(args.iter().copied());
+        let out = fencecheck(&all);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
 }

@@ -205,7 +205,7 @@ fn a_lost_token_counter_is_refused_across_runs() {
     }
     assert_eq!(std::fs::read_to_string(&marker).unwrap(), "1\n2\n3\n");
     // The three runs' trace (acquire, grant, release each) is one the model explains.
-    let (code, out) = validate(&[&trace], "5s");
+    let (code, out) = validate(&[&trace], &[]);
     assert_eq!(code, Some(0), "{out}");
     assert!(out.contains("12 events from 3 clients"), "{out}");
     redis.restart().unwrap();
@@ -235,7 +235,7 @@ fn a_lost_token_counter_is_refused_across_runs() {
     );
     // The same trace file now holds the grants after the restart: the model's lock service
     // never hands out a token that is not larger than the last, so it cannot explain them.
-    let (code, out) = validate(&[&trace], "5s");
+    let (code, out) = validate(&[&trace], &[]);
     assert_eq!(code, Some(1), "{out}");
     assert!(
         out.contains("NOT explained") && out.contains("1 is not larger than the last grant's 3"),
@@ -276,14 +276,14 @@ fn a_paused_supervisor_and_its_successor_leave_traces_the_model_explains() {
         a_trace.contains("lease-lost 1") && a_trace.contains("released 1 false"),
         "{a_trace}"
     );
-    let (code, out) = validate(&[&first, &second], "1s");
+    let (code, out) = validate(&[&first, &second], &[]);
     assert_eq!(code, Some(0), "{out}\n{a_trace}");
     assert!(
         out.contains("from 2 clients in 2 files: explained"),
         "{out}"
     );
     eprintln!("traced pause: {}", out.trim());
-    let (code, out) = validate(&[&first, &second], "10s");
+    let (code, out) = validate(&[&first, &second], &["--ttl", "10s"]);
     assert_eq!(code, Some(1), "{out}");
     assert!(out.contains("cannot be explained"), "{out}");
 }

@@ -149,6 +149,22 @@ impl Recorder {
         }
     }
 
+    /// Writes `text` to the file as a comment line (`# text`), which trace readers skip or read
+    /// for settings (`fencecheck validate` reads `# ttl-us N`). Nothing for a recorder without a
+    /// file.
+    pub fn note(&self, text: &str) {
+        let mut sink = self.shared.sink.lock();
+        if let Some(sink) = sink.as_mut() {
+            if sink.error.is_none() {
+                let line = text.replace('\n', " ");
+                let written = writeln!(sink.out, "# {line}").and_then(|()| sink.out.flush());
+                if let Err(e) = written {
+                    sink.error = Some(e.to_string());
+                }
+            }
+        }
+    }
+
     /// What was recorded so far.
     pub fn trace(&self) -> Trace {
         self.shared.trace.lock().clone()

@@ -261,6 +261,15 @@ pub(super) fn run(args: RunArgs) -> Result<ExitCode, UsageError> {
                         args.lock.backend_name()
                     );
                 }
+                if let Some(r) = &recorder {
+                    // The TTL the server grants, for `fencecheck validate` to replay with.
+                    r.note(&format!(
+                        "ttl-us {} (lock {:?} on {}, owner {owner})",
+                        ttl.granted().as_micros(),
+                        args.name,
+                        args.lock.backend_name()
+                    ));
+                }
                 let waiting = (wait, until);
                 let code = match &recorder {
                     Some(r) => {

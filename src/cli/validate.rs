@@ -16,9 +16,10 @@ pub(super) struct ValidateArgs {
     #[arg(required = true, value_name = "FILE")]
     files: Vec<PathBuf>,
     /// The lease's TTL as the lock service granted it (etcd rounds up to whole seconds;
-    /// ZooKeeper clamps the session timeout to its bounds).
+    /// ZooKeeper clamps the session timeout to its bounds). Default: the `# ttl-us N` line
+    /// `run --trace` writes, which must agree across the files.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
-    ttl: Duration,
+    ttl: Option<Duration>,
     /// How far the service's clock may be from the trace's where a lease ends (default: 2 ms
     /// plus 1 % of the TTL).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
@@ -32,19 +33,38 @@ pub(super) struct ValidateArgs {
     max_states: usize,
 }
 
-/// Reads the trace files and merges their events by time (stable: events at the same
-/// microsecond keep their file's order); times start at the first event.
-fn read_traces(files: &[PathBuf]) -> Result<Trace, UsageError> {
+/// The trace files read: their events merged by time (stable: events at the same microsecond
+/// keep their file's order; times start at the first event), and the TTLs their `# ttl-us N`
+/// lines name, with where each was found.
+struct Traces {
+    trace: Trace,
+    ttls: Vec<(u64, String)>,
+}
+
+fn read_traces(files: &[PathBuf]) -> Result<Traces, UsageError> {
     let mut events: Vec<TraceEvent> = Vec::new();
+    let mut ttls = Vec::new();
     for path in files {
         let text = std::fs::read_to_string(path)
             .map_err(|e| UsageError(format!("{}: {e}", path.display())))?;
         for (n, line) in text.lines().enumerate() {
+            let at = || format!("{}:{}", path.display(), n + 1);
+            if let Some(rest) = line.strip_prefix("# ttl-us ") {
+                let word = rest.split_whitespace().next().unwrap_or("");
+                let us: u64 = word.parse().map_err(|_| {
+                    UsageError(format!(
+                        "{}: `# ttl-us` needs whole microseconds, not {word:?}",
+                        at()
+                    ))
+                })?;
+                ttls.push((us, at()));
+                continue;
+            }
             if line.trim().is_empty() || line.starts_with('#') {
                 continue;
             }
-            let event = TraceEvent::parse_line(line)
-                .map_err(|e| UsageError(format!("{}:{}: {e}", path.display(), n + 1)))?;
+            let event =
+                TraceEvent::parse_line(line).map_err(|e| UsageError(format!("{}: {e}", at())))?;
             events.push(event);
         }
     }
@@ -54,14 +74,36 @@ fn read_traces(files: &[PathBuf]) -> Result<Trace, UsageError> {
     for e in events {
         trace.record(e.at_us - origin, &e.who, e.what);
     }
-    Ok(trace)
+    Ok(Traces { trace, ttls })
+}
+
+/// The TTL to replay with: `--ttl`, else the one every `# ttl-us` line names.
+fn ttl_of(given: Option<Duration>, ttls: &[(u64, String)]) -> Result<Duration, UsageError> {
+    if let Some(ttl) = given {
+        return Ok(ttl);
+    }
+    let Some((first, at)) = ttls.first() else {
+        return Err(UsageError(
+            "no --ttl given and no `# ttl-us N` line in the files: pass the TTL the lock \
+             service granted, e.g. --ttl 30s"
+                .into(),
+        ));
+    };
+    if let Some((other, there)) = ttls.iter().find(|(us, _)| us != first) {
+        return Err(UsageError(format!(
+            "the files disagree on the TTL ({first} µs at {at}, {other} µs at {there}): pass \
+             --ttl"
+        )));
+    }
+    Ok(Duration::from_micros(*first))
 }
 
 pub(super) fn run(args: ValidateArgs) -> Result<ExitCode, UsageError> {
-    if args.ttl.is_zero() {
-        return Err(UsageError("--ttl must be more than 0".into()));
+    let Traces { trace, ttls } = read_traces(&args.files)?;
+    let ttl = ttl_of(args.ttl, &ttls)?;
+    if ttl.is_zero() {
+        return Err(UsageError("the TTL must be more than 0".into()));
     }
-    let trace = read_traces(&args.files)?;
     if trace.is_empty() {
         return Err(UsageError(format!(
             "no events in {}: nothing to validate",
@@ -77,7 +119,7 @@ pub(super) fn run(args: ValidateArgs) -> Result<ExitCode, UsageError> {
     } else {
         FencePolicy::Fenced
     };
-    let mut replay = Replay::new(args.ttl, policy);
+    let mut replay = Replay::new(ttl, policy);
     if let Some(slack) = args.slack {
         replay = replay.slack(slack);
     }
@@ -98,7 +140,7 @@ pub(super) fn run(args: ValidateArgs) -> Result<ExitCode, UsageError> {
                  {} µs, {} storage)",
                 v.grants,
                 v.states,
-                args.ttl,
+                ttl,
                 replay.slack_us,
                 if args.unfenced { "unfenced" } else { "fenced" }
             );

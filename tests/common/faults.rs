@@ -49,12 +49,12 @@ pub fn run_cmd_under(
     .expect("start fencecheck run")
 }
 
-/// `fencecheck validate FILES --ttl TTL`: its exit status and what it printed.
-pub fn validate(files: &[&Path], ttl: &str) -> (Option<i32>, String) {
+/// `fencecheck validate FILES EXTRA`: its exit status and what it printed.
+pub fn validate(files: &[&Path], extra: &[&str]) -> (Option<i32>, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_fencecheck"))
         .arg("validate")
         .args(files)
-        .args(["--ttl", ttl])
+        .args(extra)
         .output()
         .unwrap();
     let text = format!(
@@ -149,18 +149,49 @@ fn judge(job: u32, escape: bool, within: Duration, what: &str) {
     }
 }
 
-/// `run` killed with SIGKILL: its job goes with it; the escaped control survives.
+/// `run` killed with SIGKILL: its job goes with it; the escaped control survives. A successor
+/// `run --wait` then takes the lock, once the killed run's lease has run out on the server: the
+/// two runs' `--trace` files are explained by the model at the TTL they recorded, and rejected
+/// when replayed as 30 s leases (the successor's grant would have come inside the first lease).
 pub fn work_dies_with_its_supervisor(flags: &[String], label: &str) {
     let dir = TempDir::new("run-supervisor").unwrap();
     for escape in [false, true] {
         let name = format!("sup-{escape}");
         let pidfile = dir.path().join(format!("{name}.pid"));
-        let mut run = run_cmd(flags, &name, "3s", &[], &job_and_wait(&pidfile, escape));
+        let killed = dir.path().join(format!("{name}.trace"));
+        let trace = ["--trace", killed.to_str().unwrap()];
+        let mut run = run_cmd(flags, &name, "3s", &trace, &job_and_wait(&pidfile, escape));
         let job: u32 = read_when_written(&pidfile).parse().unwrap();
         run.kill().unwrap(); // SIGKILL: no handler, no cleanup of its own
         run.wait().unwrap();
         let what = format!("{label}: the job {job} outlived its killed supervisor");
         judge(job, escape, Duration::from_millis(500), &what);
+        if escape {
+            continue;
+        }
+        let next = dir.path().join("successor.trace");
+        let flags_next = ["--wait", "10s", "--trace", next.to_str().unwrap()];
+        let out = run_cmd(flags, &name, "3s", &flags_next, "true")
+            .wait_with_output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{label}: the successor: {out:?}"
+        );
+        let (code, said) = validate(&[&killed, &next], &[]);
+        assert_eq!(code, Some(0), "{label}: {said}");
+        assert!(
+            said.contains("from 2 clients in 2 files: explained"),
+            "{said}"
+        );
+        eprintln!(
+            "{label} supervisor killed, then a successor: {}",
+            said.trim()
+        );
+        let (code, said) = validate(&[&killed, &next], &["--ttl", "30s"]);
+        assert_eq!(code, Some(1), "{label}: as 30 s leases: {said}");
+        assert!(said.contains("cannot be explained"), "{said}");
     }
 }
 
@@ -302,7 +333,7 @@ impl StallTrial<'_> {
         // answered after it, the lease concluded lost, the release) is a behaviour the model
         // allows, at the TTL the server grants.
         let ttl = format!("{}ms", watcher.ttl().granted().as_millis());
-        let (code, said) = validate(&[&trace], &ttl);
+        let (code, said) = validate(&[&trace], &["--ttl", &ttl]);
         assert_eq!(
             code,
             Some(0),
