@@ -73,6 +73,7 @@ pub mod k8s_lease;
 pub mod keepalive;
 pub mod leader_election;
 pub mod lease_service;
+pub mod raft_leader_lease;
 pub mod redlock;
 pub mod token_reset;
 pub mod ttl_only;

@@ -127,6 +127,12 @@ fn pinned_state_counts_at_two_sizes() {
         ("consul-session-slow-monitor", 3, 3_230),
         ("consul-session-unfenced", 2, 1_508),
         ("consul-session-unfenced", 3, 3_878),
+        ("raft-leader-lease", 3, 45_570),
+        ("raft-leader-lease", 4, 1_259_604),
+        ("raft-leader-lease-drift", 3, 211_824),
+        ("raft-leader-lease-drift", 4, 9_699_590),
+        ("raft-leader-lease-no-wait", 3, 233_118),
+        ("raft-leader-lease-no-wait", 4, 9_313_596),
     ];
     for &(model, clients, states) in pinned {
         assert_eq!(
@@ -227,6 +233,11 @@ fn shortest_counterexamples_at_the_defaults() {
          "client-1 creates a session (TTL 2) and PUT ?acquire= wins the key: LockIndex 2; sends a write with token 2"),
         ("consul-session-unfenced", "storage_in_lease_order", 9,
          "client-0's write with token 1 reaches the storage: accepted"),
+        // Raft leader leases: a slow leader past a fast quorum's election; voters that do not wait.
+        ("raft-leader-lease-drift", "linearizable_reads", 13,
+         "node-0 (clock 72, rate 8) answers a read from its own state under its lease (to clock 81): value 0, though node-1 committed 1: a stale read"),
+        ("raft-leader-lease-no-wait", "linearizable_reads", 4,
+         "node-0 (clock 0, rate 9) answers a read from its own state under its lease (to clock 81): value 0, though node-1 committed 1: a stale read"),
     ];
     for &(model, property, steps, last) in expected {
         let r = run(model, None, None);
@@ -295,6 +306,16 @@ fn negative_controls_flip_the_verdicts() {
             "keepalive-slow-clock",
             "work_stopped_before_successor",
         ),
+        (
+            "raft-leader-lease",
+            "raft-leader-lease-drift",
+            "linearizable_reads",
+        ),
+        (
+            "raft-leader-lease",
+            "raft-leader-lease-no-wait",
+            "linearizable_reads",
+        ),
     ];
     for &(safe, broken, property) in flips {
         assert_eq!(
@@ -339,7 +360,7 @@ fn negative_controls_flip_the_verdicts() {
 
 #[test]
 fn the_whole_catalog_is_checked_and_every_verdict_matches() {
-    assert_eq!(catalog().len(), 33);
+    assert_eq!(catalog().len(), 36);
     for entry in catalog() {
         let r = (entry.check)(&(entry.defaults)(), &Options::default(), &mut |_| {})
             .expect("the checker accepts the model");

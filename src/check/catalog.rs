@@ -4,8 +4,8 @@ use super::run::CheckError;
 use super::run::{check_model, ModelRun, Options, Progress};
 use crate::models::{
     check_before_write, consul_session, fenced, idempotent_job, k8s_lease, keepalive,
-    leader_election, redlock, token_reset, ttl_only, CatalogModel, Declares, Mutant, Narrate,
-    Params, PropertySpec, Symmetric,
+    leader_election, raft_leader_lease, redlock, token_reset, ttl_only, CatalogModel, Declares,
+    Mutant, Narrate, Params, PropertySpec, Symmetric,
 };
 
 /// The largest sizes `check` accepts: beyond them an exhaustive search does not finish on a
@@ -216,6 +216,9 @@ pub fn catalog() -> &'static [ModelEntry] {
         entry!(consul_session::ConsulSessionNoLockDelay),
         entry!(consul_session::ConsulSessionSlowMonitor),
         entry!(consul_session::ConsulSessionUnfenced),
+        entry!(raft_leader_lease::RaftLeaderLease),
+        entry!(raft_leader_lease::RaftLeaderLeaseDrift),
+        entry!(raft_leader_lease::RaftLeaderLeaseNoWait),
     ];
     CATALOG
 }

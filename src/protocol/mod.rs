@@ -13,6 +13,7 @@ mod elector;
 mod fence;
 mod history;
 mod holder;
+mod leader_lease;
 mod lease;
 mod register;
 mod session;
@@ -28,6 +29,7 @@ pub use history::{
     TermReused, TokenOrder,
 };
 pub use holder::{safe_deadline, Holder, Phase, Renewals, ScheduleError, Step, StopPolicy};
+pub use leader_lease::{Drift, LeaderLease, LeaderLeaseError};
 pub use lease::{Acquire, Lease, LeaseError, LeaseTable};
 pub use register::{Campaign, TermRegister};
 pub use session::{Refused, SessionLock};
