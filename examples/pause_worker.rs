@@ -12,6 +12,7 @@
 //!     --name L --ttl-ms 300 --owner A
 //! ```
 
+use fencecheck::backend::raft::{RaftFencedStore, RaftOptions};
 use fencecheck::backend::{
     connect, hold, parse_endpoints, FencedStorage, KeepaliveOptions, LockService, LockSpec,
     PgFencedStore, WriteOutcome,
@@ -26,7 +27,8 @@ use tokio::io::AsyncBufReadExt;
 /// The worker's settings, from `--flag value` pairs.
 struct Settings {
     spec: LockSpec,
-    pg_url: String,
+    /// PostgreSQL; without it (raft only) the keys of the lock's own Raft group.
+    pg_url: Option<String>,
     name: String,
     ttl: Duration,
     owner: String,
@@ -43,6 +45,7 @@ fn settings() -> Result<Settings, String> {
         "http://127.0.0.1:2379".to_string(),
         "127.0.0.1:2181".to_string(),
     );
+    let mut raft = "127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003".to_string();
     let (mut pg_url, mut name, mut ttl, mut owner) = (None, None, None, None);
     let (mut key, mut table, mut unfenced) = ("data".to_string(), "fenced".to_string(), false);
     while let Some(flag) = args.next() {
@@ -58,6 +61,7 @@ fn settings() -> Result<Settings, String> {
             "--redis-url" => redis_url = value,
             "--endpoints" => endpoints = value,
             "--zk" => zk = value,
+            "--raft" => raft = value,
             "--pg-url" => pg_url = Some(value),
             "--name" => name = Some(value),
             "--ttl-ms" => {
@@ -78,16 +82,22 @@ fn settings() -> Result<Settings, String> {
             endpoints: parse_endpoints(&endpoints),
         },
         "zookeeper" => LockSpec::Zookeeper { connect: zk },
+        "raft" => LockSpec::Raft {
+            nodes: parse_endpoints(&raft),
+        },
         other => {
             return Err(format!(
-                "--backend {other:?}: expected redis, etcd or zookeeper"
+                "--backend {other:?}: expected redis, etcd, zookeeper or raft"
             ))
         }
     };
+    if pg_url.is_none() && !matches!(spec, LockSpec::Raft { .. }) {
+        return Err("--pg-url is required (only the raft backend has keys of its own)".into());
+    }
     let need = |v: Option<String>, flag: &str| v.ok_or_else(|| format!("{flag} is required"));
     Ok(Settings {
         spec,
-        pg_url: need(pg_url, "--pg-url")?,
+        pg_url,
         name: need(name, "--name")?,
         ttl: ttl.ok_or("--ttl-ms is required")?,
         owner: need(owner, "--owner")?,
@@ -95,6 +105,26 @@ fn settings() -> Result<Settings, String> {
         table,
         unfenced,
     })
+}
+
+/// Where the worker writes.
+enum Store {
+    Pg(PgFencedStore),
+    Raft(RaftFencedStore),
+}
+
+impl Store {
+    async fn write(
+        &self,
+        key: &str,
+        token: fencecheck::protocol::Token,
+        value: &[u8],
+    ) -> Result<WriteOutcome, fencecheck::backend::BackendError> {
+        match self {
+            Store::Pg(s) => s.write(key, token, value).await,
+            Store::Raft(s) => s.write(key, token, value).await,
+        }
+    }
 }
 
 fn say(line: String) {
@@ -115,9 +145,18 @@ async fn serve(s: Settings) -> Result<(), String> {
     } else {
         FencePolicy::Fenced
     };
-    let store = PgFencedStore::connect_with(&s.pg_url, &s.table, policy, Duration::from_secs(5))
-        .await
-        .map_err(fail)?;
+    let store = match (&s.pg_url, &s.spec) {
+        (Some(url), _) => Store::Pg(
+            PgFencedStore::connect_with(url, &s.table, policy, Duration::from_secs(5))
+                .await
+                .map_err(fail)?,
+        ),
+        (None, LockSpec::Raft { nodes }) => Store::Raft(
+            RaftFencedStore::connect(nodes, &s.table, policy, RaftOptions::default())
+                .map_err(fail)?,
+        ),
+        (None, _) => unreachable!("settings() requires --pg-url off raft"),
+    };
     let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
     let mut held = None;
     while let Ok(Some(line)) = lines.next_line().await {

@@ -9,7 +9,9 @@ mod common;
 use fencecheck::backend::PgFencedStore;
 use fencecheck::check::trace::{validate, Replay};
 use fencecheck::protocol::{storage_in_lease_order, FencePolicy, History, Observed, Token, Trace};
-use fencecheck_testkit::{signal, started_or_skip, EtcdCluster, PgServer, RedisServer, ZkCluster};
+use fencecheck_testkit::{
+    signal, started_or_skip, EtcdCluster, PgServer, RaftCluster, RedisServer, ZkCluster,
+};
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -23,7 +25,7 @@ struct Worker {
 impl Worker {
     fn spawn(
         backend: &[String],
-        pg: &PgServer,
+        pg: Option<&PgServer>,
         lock: &str,
         ttl_ms: u64,
         owner: &str,
@@ -31,19 +33,22 @@ impl Worker {
         unfenced: bool,
     ) -> Worker {
         let mut cmd = Command::new(common::example_bin("pause_worker"));
-        cmd.args(backend)
-            .args(["--pg-url", &pg.url()])
-            .args([
-                "--name",
-                lock,
-                "--ttl-ms",
-                &ttl_ms.to_string(),
-                "--owner",
-                owner,
-            ])
-            .args(["--key", key])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped());
+        cmd.args(backend);
+        // Without PostgreSQL the raft worker writes to the keys of its own Raft group.
+        if let Some(pg) = pg {
+            cmd.args(["--pg-url", &pg.url()]);
+        }
+        cmd.args([
+            "--name",
+            lock,
+            "--ttl-ms",
+            &ttl_ms.to_string(),
+            "--owner",
+            owner,
+        ])
+        .args(["--key", key])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped());
         if unfenced {
             cmd.args(["--unfenced", "--table", "unfenced"]);
         }
@@ -103,7 +108,7 @@ struct Trial {
 /// One trial with varied timing: one of `ttls` (ms), a pause past it by 50-300 ms, 1-3 writes by
 /// the new holder, and (every other trial) a careful write that consults the lost-lease signal
 /// first. `backend` names the lock service on the worker's command line.
-fn trial(backend: &[String], ttls: &[u64], pg: &PgServer, i: u64, unfenced: bool) -> Trial {
+fn trial(backend: &[String], ttls: &[u64], pg: Option<&PgServer>, i: u64, unfenced: bool) -> Trial {
     let ttl_ms = ttls[i as usize % ttls.len()];
     let overshoot_ms = 50 + (i * 53) % 250;
     let b_writes = 1 + i % 3;
@@ -222,19 +227,21 @@ fn trial(backend: &[String], ttls: &[u64], pg: &PgServer, i: u64, unfenced: bool
 }
 
 /// Runs `trials` fenced trials and `controls` unfenced ones; checks every history.
-fn trials(backend: &[String], ttls: &[u64], pg: &PgServer, trials: u64, controls: u64) {
+fn trials(backend: &[String], ttls: &[u64], pg: Option<&PgServer>, trials: u64, controls: u64) {
     // Create both tables before any worker starts, so two workers never race to create one.
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    rt.block_on(async {
-        PgFencedStore::connect(&pg.url(), "fenced").await.unwrap();
-        let policy = FencePolicy::AcceptAll;
-        PgFencedStore::connect_with(&pg.url(), "unfenced", policy, Duration::from_secs(5))
-            .await
-            .unwrap();
-    });
+    if let Some(pg) = pg {
+        rt.block_on(async {
+            PgFencedStore::connect(&pg.url(), "fenced").await.unwrap();
+            let policy = FencePolicy::AcceptAll;
+            PgFencedStore::connect_with(&pg.url(), "unfenced", policy, Duration::from_secs(5))
+                .await
+                .unwrap();
+        });
+    }
     let mut stale = 0;
     for i in 0..trials {
         let t = trial(backend, ttls, pg, i, false);
@@ -295,7 +302,7 @@ fn paused_redis_lock_holder_cannot_write_through_fencing() {
         "--redis-url".into(),
         redis.url(),
     ];
-    trials(&backend, &[200, 300, 400], &pg, 24, 6);
+    trials(&backend, &[200, 300, 400], Some(&pg), 24, 6);
 }
 
 #[test]
@@ -313,7 +320,7 @@ fn paused_etcd_lock_holder_cannot_write_through_fencing() {
         etcd.endpoints().join(","),
     ];
     // etcd leases count whole seconds.
-    trials(&backend, &[1000], &pg, 20, 3);
+    trials(&backend, &[1000], Some(&pg), 20, 3);
 }
 
 #[test]
@@ -332,5 +339,21 @@ fn paused_zookeeper_lock_holder_cannot_write_through_fencing() {
     ];
     // The TTL is the session timeout: the stopped holder stops pinging and the ensemble expires
     // its session, deleting its lock node.
-    trials(&backend, &[400, 600, 800], &pg, 20, 3);
+    trials(&backend, &[400, 600, 800], Some(&pg), 20, 3);
+}
+
+#[test]
+fn paused_raft_lock_holder_cannot_write_through_fencing() {
+    let cluster = RaftCluster::start(env!("CARGO_BIN_EXE_fencecheck"), 3);
+    let Some(raft) = started_or_skip("pause trials (raft)", cluster) else {
+        return;
+    };
+    // The lock and the fenced keys live in the same Raft group: no PostgreSQL.
+    let backend = [
+        "--backend".to_string(),
+        "raft".into(),
+        "--raft".into(),
+        raft.nodes().join(","),
+    ];
+    trials(&backend, &[300, 500], None, 20, 3);
 }

@@ -2,6 +2,7 @@
 //! ([`AnyLock`]) that implements [`LockService`]. `fencecheck run`, `demo` and the test workers all
 //! connect through [`connect`], so the list of backends is written once.
 
+use super::raft::{RaftLock, RaftOptions};
 use super::{
     Acquired, BackendError, EtcdLock, EtcdOptions, Grant, Holder, LockService, RedisLock,
     RedisOptions, Ttl, ZkLock, ZkOptions,
@@ -28,15 +29,21 @@ pub enum LockSpec {
         /// `HOST:PORT,HOST:PORT,...`.
         connect: String,
     },
+    /// A fencecheck Raft cluster (`fencecheck raft-node`).
+    Raft {
+        /// Its nodes, `HOST:PORT`.
+        nodes: Vec<String>,
+    },
 }
 
 impl LockSpec {
-    /// The backend's name: `redis`, `etcd` or `zookeeper`.
+    /// The backend's name: `redis`, `etcd`, `zookeeper` or `raft`.
     pub fn backend(&self) -> &'static str {
         match self {
             LockSpec::Redis { .. } => "redis",
             LockSpec::Etcd { .. } => "etcd",
             LockSpec::Zookeeper { .. } => "zookeeper",
+            LockSpec::Raft { .. } => "raft",
         }
     }
 }
@@ -58,6 +65,8 @@ pub enum AnyLock {
     Etcd(EtcdLock),
     /// On ZooKeeper.
     Zookeeper(ZkLock),
+    /// On a fencecheck Raft cluster.
+    Raft(RaftLock),
 }
 
 /// Connects to the lock named `name` with lease `ttl` at `spec`; connecting and every request
@@ -90,6 +99,12 @@ pub async fn connect(
             };
             AnyLock::Zookeeper(ZkLock::connect_with(connect, name, ttl, options).await?)
         }
+        LockSpec::Raft { nodes } => {
+            let options = RaftOptions {
+                request_timeout: timeout,
+            };
+            AnyLock::Raft(RaftLock::connect_with(nodes, name, ttl, options)?)
+        }
     })
 }
 
@@ -99,6 +114,7 @@ macro_rules! each {
         match $lock {
             AnyLock::Redis($l) => $call,
             AnyLock::Etcd($l) => $call,
+            AnyLock::Raft($l) => $call,
             AnyLock::Zookeeper($l) => $call,
         }
     };

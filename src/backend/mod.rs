@@ -20,6 +20,7 @@ mod keepalive;
 mod local;
 mod postgres;
 mod queue;
+pub mod raft;
 mod redis;
 pub mod retry;
 mod traced;

@@ -47,6 +47,7 @@ impl TokenFloor {
             LockSpec::Redis { url } => url.clone(),
             LockSpec::Etcd { endpoints } => endpoints.join(","),
             LockSpec::Zookeeper { connect } => connect.clone(),
+            LockSpec::Raft { nodes } => nodes.join(","),
         };
         let key = format!("{}\n{service}\n{name}", spec.backend());
         let readable: String = name

@@ -6,6 +6,8 @@ mod check;
 mod demo;
 #[cfg(feature = "backends")]
 mod floor;
+#[cfg(feature = "backends")]
+mod raft_node;
 mod report;
 #[cfg(feature = "backends")]
 mod run;
@@ -92,6 +94,16 @@ enum Command {
     /// Exit status: 0 when the model explains every event, 1 when it cannot (or the search gave
     /// up), 2 on bad usage or an unreadable file.
     Validate(validate::ValidateArgs),
+    /// Serve one node of a fencecheck Raft cluster: the `raft` backend's server.
+    ///
+    /// Locks and fenced keys live in one Raft group (openraft): every acquire, renewal, release
+    /// and fenced write is one committed log entry applied to the protocol core's lease table and
+    /// fence, so tokens increase across leader changes and a write is fenced by the same log that
+    /// orders the grants. Serves peers and clients on its own --members address.
+    ///
+    /// Exit status: 69 when the node cannot start or stops serving; 2 on bad usage.
+    #[cfg(feature = "backends")]
+    RaftNode(raft_node::RaftNodeArgs),
     /// One worker of a `torture` trial (started by `torture`).
     #[cfg(feature = "backends")]
     #[command(hide = true)]
@@ -219,6 +231,8 @@ pub fn main() -> ExitCode {
         Command::Torture(args) => torture::run(args),
         #[cfg(feature = "backends")]
         Command::TortureWorker(args) => torture::worker(args),
+        #[cfg(feature = "backends")]
+        Command::RaftNode(args) => raft_node::run(args),
     };
     result.unwrap_or_else(|UsageError(message)| {
         eprintln!("error: {message}");

@@ -33,6 +33,8 @@ pub(super) enum Backend {
     /// A ZooKeeper ensemble (`--zk`); a NAME starting with `/` is a lock path shared with
     /// Curator's InterProcessMutex.
     Zookeeper,
+    /// A fencecheck Raft cluster (`--raft`, nodes started with `fencecheck raft-node`).
+    Raft,
 }
 
 /// The servers' addresses: the flags `run` and `demo` share. Where one is not given, `run` uses
@@ -52,6 +54,10 @@ pub(super) struct ServerArgs {
     /// to their [minSessionTimeout, maxSessionTimeout].
     #[arg(long, value_name = "HOST:PORT,...")]
     pub(super) zk: Option<String>,
+    /// The fencecheck Raft cluster's nodes, HOST:PORT comma-separated (run: default
+    /// 127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003; demo: default a throwaway three-node cluster).
+    #[arg(long, value_name = "HOST:PORT,...")]
+    pub(super) raft: Option<String>,
 }
 
 impl ServerArgs {
@@ -66,6 +72,9 @@ impl ServerArgs {
                 .zk
                 .clone()
                 .map(|connect| LockSpec::Zookeeper { connect }),
+            Backend::Raft => self.raft.as_deref().map(|n| LockSpec::Raft {
+                nodes: parse_endpoints(n),
+            }),
         }
     }
 }
@@ -87,6 +96,7 @@ impl LockArgs {
             Backend::Redis => "redis",
             Backend::Etcd => "etcd",
             Backend::Zookeeper => "zookeeper",
+            Backend::Raft => "raft",
         }
     }
 
@@ -104,6 +114,9 @@ impl LockArgs {
                 },
                 Backend::Zookeeper => LockSpec::Zookeeper {
                     connect: "127.0.0.1:2181".into(),
+                },
+                Backend::Raft => LockSpec::Raft {
+                    nodes: parse_endpoints("127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003"),
                 },
             })
     }

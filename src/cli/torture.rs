@@ -478,6 +478,9 @@ impl Links {
                     connect: format!("{}{chroot}", hosts.join(",")),
                 })
             }
+            Some(LockSpec::Raft { nodes }) => Some(LockSpec::Raft {
+                nodes: nodes.iter().map(|n| via(n)).collect::<Result<_, _>>()?,
+            }),
         };
         let pg_url = if pg_url.contains("://") {
             via_url(pg_url, &mut via)?
@@ -892,6 +895,12 @@ fn spec_flags(spec: &LockSpec) -> Vec<String> {
             "zookeeper".into(),
             "--zk".into(),
             connect.clone(),
+        ],
+        LockSpec::Raft { nodes } => vec![
+            "--backend".into(),
+            "raft".into(),
+            "--raft".into(),
+            nodes.join(","),
         ],
     }
 }

@@ -3,7 +3,9 @@
 use super::token::Token;
 
 /// What a [`Fence`] does with a write's token.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub enum FencePolicy {
     /// Accept a write iff its token is at least the highest seen (the fencing-token rule).
     Fenced,
@@ -34,7 +36,9 @@ pub struct StaleWrite {
 /// let stale = fence.admit(Token::new(41)).unwrap_err();
 /// assert_eq!(stale.to_string(), "stale write: token 41 is older than token 42 already seen");
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub struct Fence {
     policy: FencePolicy,
     highest: Option<Token>,

@@ -3,7 +3,9 @@
 use super::token::{Token, TokenExhausted, TokenIssuer};
 
 /// A granted lease: who holds it, the fencing token it carries, and when it stops being valid.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub struct Lease<O> {
     /// The holder named in the acquire call.
     pub owner: O,
@@ -88,7 +90,9 @@ fn fmt_current(current: Option<Token>) -> String {
 /// assert!(table.extend(&"worker-A", a.token, 31, 30).is_err());
 /// assert!(table.release(&"worker-A", a.token).is_err());
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub struct LeaseTable<O> {
     issuer: TokenIssuer,
     lease: Option<Lease<O>>,

@@ -7,7 +7,9 @@ use std::fmt;
 ///
 /// Tokens of one lock are handed out by a [`TokenIssuer`], starting at 1 and strictly
 /// increasing. `Token` orders like the number it wraps.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub struct Token(u64);
 
 impl Token {
@@ -59,7 +61,18 @@ pub struct TokenExhausted {
 }
 
 /// Hands out one lock's tokens: 1, 2, 3, ... and never the same one twice.
-#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Clone,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+)]
 pub struct TokenIssuer {
     /// The last token handed out; 0 before the first.
     last: u64,

@@ -1,0 +1,267 @@
+//! The Raft backend on real three-node clusters this test starts (`fencecheck raft-node`
+//! processes): the backend contract, fenced storage in the same Raft group (with the unfenced
+//! control), bounded errors, and leader kills and stopped nodes with a fenced write per round,
+//! the client's trace replayed through the model.
+#![cfg(feature = "backends")]
+
+mod common;
+
+use common::contract::{
+    election_contract, every_round_served_in_order, lock_contract, lost_signal_contract,
+    storage_contract,
+};
+use fencecheck::backend::raft::{status, RaftFencedStore, RaftLock, RaftOptions};
+use fencecheck::backend::{
+    BackendError, FencedStorage, LockService, Recorder, TracedStore, WriteOutcome,
+};
+use fencecheck::check::trace::{validate, Replay};
+use fencecheck::protocol::{one_leader_per_term, FencePolicy, History, Token};
+use fencecheck_testkit::{signal, started_or_skip, RaftCluster};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const TTL: Duration = Duration::from_secs(1);
+
+fn cluster(test: &str) -> Option<RaftCluster> {
+    started_or_skip(
+        test,
+        RaftCluster::start(env!("CARGO_BIN_EXE_fencecheck"), 3),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raft_lock_and_store_meet_the_contract() {
+    let Some(raft) = cluster("raft contract") else {
+        return;
+    };
+    let nodes = raft.nodes();
+    let lock = RaftLock::connect(&nodes, "contract", TTL).unwrap();
+    lock_contract(&lock).await;
+    lost_signal_contract(Arc::new(lock)).await;
+    let lock = RaftLock::connect(&nodes, "election", TTL).unwrap();
+    let wins = election_contract(Arc::new(lock)).await;
+    one_leader_per_term(&wins).unwrap();
+    let options = RaftOptions::default();
+    let fenced = RaftFencedStore::connect(&nodes, "fenced", FencePolicy::Fenced, options).unwrap();
+    storage_contract(&fenced, true).await;
+    // The control: keys made without a fence take the late write (the unfenced contract holds),
+    // and the fenced contract, run on them, fails.
+    let plain = RaftFencedStore::connect(&nodes, "plain", FencePolicy::AcceptAll, options).unwrap();
+    storage_contract(&plain, false).await;
+    let plain =
+        RaftFencedStore::connect(&nodes, "plain-2", FencePolicy::AcceptAll, options).unwrap();
+    let caught = tokio::spawn(async move { storage_contract(&plain, true).await }).await;
+    assert!(
+        caught.is_err(),
+        "the fenced contract passed on an unfenced store"
+    );
+}
+
+#[tokio::test]
+async fn bad_input_and_unreachable_clusters_are_clear_errors() {
+    let e = RaftLock::connect(&[], "x", TTL).unwrap_err().to_string();
+    assert!(e.contains("invalid raft nodes: the list is empty"), "{e}");
+    let e = RaftLock::connect(&["localhost".into()], "x", TTL)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("\"localhost\" is not host:port"), "{e}");
+    let e = RaftLock::connect(&["127.0.0.1:1".into()], "", TTL)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("invalid lock name"), "{e}");
+    // No node listening: an error within the bound, not a hang.
+    let nodes: Vec<String> = (0..3)
+        .map(|_| format!("127.0.0.1:{}", fencecheck_testkit::free_port().unwrap()))
+        .collect();
+    let options = RaftOptions {
+        request_timeout: Duration::from_millis(500),
+    };
+    let lock = RaftLock::connect_with(&nodes, "x", TTL, options).unwrap();
+    let t0 = Instant::now();
+    let e = lock
+        .try_acquire("a")
+        .await
+        .expect_err("no node is listening");
+    let took = t0.elapsed();
+    assert!(took < Duration::from_secs(2), "took {took:?}");
+    assert!(matches!(e, BackendError::Timeout { .. }), "{e}");
+}
+
+/// Acquires (retrying calls whose outcome is unknown, as a client must: a retried acquire that
+/// finds its own lease waits it out), writes with the token to the Raft group's own fenced
+/// store, and releases; recorded in `history`. Returns the failed attempts.
+async fn fenced_round<L: LockService>(
+    lock: &L,
+    store: &TracedStore<RaftFencedStore>,
+    history: &mut History,
+    who: &str,
+) -> usize {
+    let mut failures = 0;
+    let grant = loop {
+        match lock.acquire("w", Duration::from_secs(10)).await {
+            Ok(Some(g)) => break g,
+            Ok(None) => panic!("{who}: no grant within 10 s"),
+            Err(e) => {
+                eprintln!("{who}: acquire failed: {e}");
+                failures += 1;
+                assert!(failures < 8, "{who}: the lock kept failing: {e}");
+            }
+        }
+    };
+    history.granted(who, grant.token);
+    let outcome = loop {
+        match store.write("k", grant.token, who.as_bytes()).await {
+            Ok(o) => break o,
+            Err(e) => {
+                eprintln!("{who}: write failed: {e}");
+                failures += 1;
+                assert!(failures < 8, "{who}: the store kept failing: {e}");
+            }
+        }
+    };
+    if outcome.is_accepted() {
+        history.accepted(who);
+    } else {
+        history.rejected(who);
+    }
+    for _ in 0..5 {
+        match lock.release("w", grant.token).await {
+            Ok(_) => return failures,
+            Err(e) => {
+                eprintln!("{who}: release failed: {e}");
+                failures += 1;
+            }
+        }
+    }
+    // A lease that could not be released expires.
+    tokio::time::sleep(TTL).await;
+    failures
+}
+
+const LEADER_KILLS: usize = 20;
+const STOPPED_NODES: usize = 10;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lock_works_through_leader_kills_and_stopped_nodes() {
+    let Some(mut raft) = cluster("raft 3 nodes") else {
+        return;
+    };
+    let nodes = raft.nodes();
+    let options = RaftOptions {
+        request_timeout: Duration::from_secs(1),
+    };
+    let recorder = Recorder::new();
+    let lock = recorder.lock(RaftLock::connect_with(&nodes, "faults", TTL, options).unwrap());
+    let store = RaftFencedStore::connect(&nodes, "faults", FencePolicy::Fenced, options).unwrap();
+    let store = recorder.store(Arc::new(store), "w");
+    let mut history = History::new();
+    let mut failed = 0;
+    let mut terms = Vec::new();
+    // kill -9 the leader; the other two elect a new one; the lock keeps working; restart it.
+    for trial in 0..LEADER_KILLS {
+        let leader = raft.leader().expect("a leader");
+        raft.kill9(leader);
+        failed += fenced_round(&lock, &store, &mut history, &format!("kill-{trial}")).await;
+        raft.restart(leader).unwrap();
+        let now = raft.leader().expect("a leader after the restart");
+        terms.push(status(&nodes[now], TTL).await.unwrap().term);
+    }
+    assert!(
+        terms.windows(2).all(|w| w[0] <= w[1]) && terms[0] < *terms.last().unwrap(),
+        "the leader kills changed no term: {terms:?}"
+    );
+    // SIGSTOP one node (a slow or partitioned member): the other two still serve.
+    for trial in 0..STOPPED_NODES {
+        let member = trial % raft.size();
+        let pid = raft.pid(member).unwrap();
+        signal(pid, libc::SIGSTOP).unwrap();
+        failed += fenced_round(&lock, &store, &mut history, &format!("stop-{trial}")).await;
+        signal(pid, libc::SIGCONT).unwrap();
+    }
+    every_round_served_in_order(&history, LEADER_KILLS + STOPPED_NODES);
+    let trace = recorder.trace();
+    let replay = Replay::new(lock.ttl().granted(), FencePolicy::Fenced);
+    let explained = validate(&trace, &replay).unwrap_or_else(|e| panic!("{e}"));
+    eprintln!(
+        "{LEADER_KILLS} leader kills (terms {} to {}) and {STOPPED_NODES} stopped nodes: every round \
+         served, tokens increasing, the Raft group's own storage in lease order, the trace ({} \
+         events, {} grants) explained by the model; {failed} calls retried by the caller",
+        terms[0],
+        terms.last().unwrap(),
+        explained.events,
+        explained.grants
+    );
+}
+
+/// Takes three leases and writes under each, restarts every node at once (kill -9), then checks
+/// that the next grant's token follows the last and the fence still refuses an older token.
+async fn whole_cluster_restart(raft: &mut RaftCluster) -> Result<(), String> {
+    let nodes = raft.nodes();
+    let lock = RaftLock::connect(&nodes, "durable", TTL).unwrap();
+    let options = RaftOptions::default();
+    let store = RaftFencedStore::connect(&nodes, "durable", FencePolicy::Fenced, options).unwrap();
+    let mut last = 0;
+    for _ in 0..3 {
+        let g = lock
+            .acquire("a", Duration::from_secs(5))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(g.token.get() > last);
+        last = g.token.get();
+        assert!(store.write("d", g.token, b"v").await.unwrap().is_accepted());
+        assert!(lock.release("a", g.token).await.unwrap());
+    }
+    raft.restart_all()
+        .map_err(|e| format!("restarting the nodes: {e}"))?;
+    let g = lock
+        .acquire("b", Duration::from_secs(10))
+        .await
+        .map_err(|e| e.to_string())?
+        .ok_or("no grant after the restart")?;
+    if g.token.get() != last + 1 {
+        return Err(format!(
+            "the token counter was lost: {} granted after {last}",
+            g.token
+        ));
+    }
+    let stale = store.write("d", Token::new(last - 1), b"old").await;
+    match stale.map_err(|e| e.to_string())? {
+        WriteOutcome::Stale(_) => Ok(()),
+        WriteOutcome::Accepted => Err(format!("the fence was lost: token {} accepted", last - 1)),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_and_data_survive_the_whole_cluster_restarting() {
+    let Some(mut raft) = cluster("raft restart") else {
+        return;
+    };
+    whole_cluster_restart(&mut raft).await.unwrap();
+    // The control: nodes that forget their log at a restart lose the counter, and it shows.
+    let forgetful = RaftCluster::start_with(
+        env!("CARGO_BIN_EXE_fencecheck"),
+        3,
+        &["--forget-on-restart"],
+    );
+    let mut forgetful = started_or_skip("raft restart control", forgetful).unwrap();
+    let e = whole_cluster_restart(&mut forgetful)
+        .await
+        .expect_err("a cluster without durable storage kept its tokens");
+    assert!(
+        e.contains("the token counter was lost: 1 granted after 3"),
+        "{e}"
+    );
+}
+
+#[test]
+fn run_and_demo_work_on_raft() {
+    let Some(raft) = cluster("run on raft") else {
+        return;
+    };
+    let nodes = raft.nodes().join(",");
+    let flags = ["--backend", "raft", "--raft", &nodes];
+    let first = common::run_token(&flags);
+    let second = common::run_token(&flags);
+    assert!(second > first, "tokens {first} then {second}");
+}
