@@ -264,4 +264,31 @@ fn run_and_demo_work_on_raft() {
     let first = common::run_token(&flags);
     let second = common::run_token(&flags);
     assert!(second > first, "tokens {first} then {second}");
+    common::demo_rejects_the_paused_worker(&flags);
+    // With no --raft the demo starts its own three nodes and writes to their Raft group; the
+    // unfenced control lets the paused worker's write land there.
+    for (flags, expect) in [
+        (
+            &["demo", "--backend", "raft"][..],
+            "final value : written-by-B",
+        ),
+        (
+            &["demo", "--backend", "raft", "--no-fence"][..],
+            "final value : written-by-A",
+        ),
+    ] {
+        let out = common::fencecheck(flags);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            text.contains("started a throwaway 3-node raft cluster"),
+            "{text}"
+        );
+        assert!(text.contains(expect), "{text}");
+    }
 }

@@ -5,6 +5,7 @@ use super::run::ServerArgs;
 use super::servers::Started;
 use super::UsageError;
 use clap::{Args, ValueEnum};
+use fencecheck::backend::raft::{RaftFencedStore, RaftOptions};
 use fencecheck::backend::{
     connect, parse_endpoints, Acquired, FencedStorage, LocalFencedMap, LocalLock, LockService,
     LockSpec, PgFencedStore, RedisFencedStore, RedisOptions, WriteOutcome,
@@ -25,6 +26,9 @@ pub(super) enum DemoBackend {
     /// ZooKeeper (`--zk`, or a throwaway server); the TTL is a session timeout, which the
     /// server clamps to its own bounds.
     Zookeeper,
+    /// A fencecheck Raft cluster (`--raft`, or a throwaway three-node one); the data lives in
+    /// the same Raft group unless --store says otherwise.
+    Raft,
 }
 
 /// Where the demo's data lives.
@@ -36,6 +40,8 @@ pub(super) enum DemoStore {
     Postgres,
     /// Redis (the lock's server).
     Redis,
+    /// The lock's own Raft group (needs --backend raft): grant and fenced write in one log.
+    Raft,
 }
 
 #[derive(Debug, Args)]
@@ -69,7 +75,13 @@ pub(super) fn run(args: DemoArgs) -> Result<ExitCode, UsageError> {
     let store = args.store.unwrap_or(match args.backend {
         DemoBackend::Local => DemoStore::Memory,
         DemoBackend::Redis | DemoBackend::Etcd | DemoBackend::Zookeeper => DemoStore::Postgres,
+        DemoBackend::Raft => DemoStore::Raft,
     });
+    if args.backend != DemoBackend::Raft && store == DemoStore::Raft {
+        return Err(UsageError(
+            "--store raft needs --backend raft (the store lives in the lock's Raft group)".into(),
+        ));
+    }
     if args.backend == DemoBackend::Local && store == DemoStore::Redis {
         return Err(UsageError(
             "--store redis needs --backend redis (the store lives on the lock's server)".into(),
@@ -99,6 +111,11 @@ pub(super) fn run(args: DemoArgs) -> Result<ExitCode, UsageError> {
         (None, true) => started.zk()?,
         (None, false) => String::new(),
     };
+    let raft: Vec<String> = match (&args.servers.raft, args.backend == DemoBackend::Raft) {
+        (Some(list), _) => parse_endpoints(list),
+        (None, true) => started.raft()?,
+        (None, false) => Vec::new(),
+    };
     let pg_url = match (&args.pg_url, store == DemoStore::Postgres) {
         (Some(url), _) => Some(url.clone()),
         (None, true) => Some(started.pg()?),
@@ -120,10 +137,23 @@ pub(super) fn run(args: DemoArgs) -> Result<ExitCode, UsageError> {
             },
             DemoBackend::Etcd => LockSpec::Etcd { endpoints },
             DemoBackend::Zookeeper => LockSpec::Zookeeper { connect: zk },
+            DemoBackend::Raft => LockSpec::Raft {
+                nodes: raft.clone(),
+            },
         };
         let lock = connect(&spec, "fencecheck-demo", ttl, Duration::from_secs(3))
             .await
             .map_err(bad)?;
+        if store == DemoStore::Raft {
+            let options = RaftOptions::default();
+            let table = if args.no_fence {
+                "demo-unfenced"
+            } else {
+                "demo"
+            };
+            let s = RaftFencedStore::connect(&raft, table, policy, options).map_err(bad)?;
+            return story(&lock, &s, &args).await;
+        }
         with_store(&lock, store, policy, redis_url, pg_url, &args).await
     });
     drop(started);
@@ -153,6 +183,9 @@ async fn with_store<L: LockService>(
             .map_err(bad)?;
             story(lock, &s, args).await
         }
+        DemoStore::Raft => Err(UsageError(
+            "--store raft needs --backend raft (the store lives in the lock's Raft group)".into(),
+        )),
         DemoStore::Redis => {
             let url = redis_url.expect("set above");
             let s = RedisFencedStore::connect_with(

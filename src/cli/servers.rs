@@ -2,7 +2,7 @@
 //! on free ports in temporary directories, said on stdout, stopped when dropped.
 
 use super::UsageError;
-use fencecheck_testkit::{EtcdCluster, PgServer, RedisServer, ZkCluster};
+use fencecheck_testkit::{EtcdCluster, PgServer, RaftCluster, RedisServer, ZkCluster};
 
 /// The servers a command started; each is stopped when this is dropped.
 #[derive(Default)]
@@ -11,6 +11,7 @@ pub(super) struct Started {
     etcd: Option<EtcdCluster>,
     zk: Option<ZkCluster>,
     pg: Option<PgServer>,
+    raft: Option<RaftCluster>,
 }
 
 fn failed(e: impl std::fmt::Display) -> UsageError {
@@ -53,6 +54,21 @@ impl Started {
         println!("started a throwaway etcd on {}", endpoints.join(","));
         self.etcd = Some(cluster);
         Ok(endpoints)
+    }
+
+    /// Starts a three-node fencecheck Raft cluster (this program's `raft-node`); its nodes.
+    pub(super) fn raft(&mut self) -> Result<Vec<String>, UsageError> {
+        let me = std::env::current_exe().map_err(|e| {
+            UsageError(format!("cannot find this program to start raft nodes: {e}"))
+        })?;
+        let cluster = RaftCluster::start(me, 3).map_err(failed)?;
+        let nodes = cluster.nodes();
+        println!(
+            "started a throwaway 3-node raft cluster on {}",
+            nodes.join(",")
+        );
+        self.raft = Some(cluster);
+        Ok(nodes)
     }
 
     /// Starts a one-server ZooKeeper; its connect string.

@@ -1,6 +1,6 @@
-//! Throwaway servers for tests, demos and benchmarks: `redis-server`, a PostgreSQL cluster, etcd
-//! and ZooKeeper, each on 127.0.0.1 at a free port with its own temporary directory, stopped (by
-//! the PID this process started) and removed when dropped.
+//! Throwaway servers for tests, demos and benchmarks: `redis-server`, a PostgreSQL cluster, etcd,
+//! ZooKeeper and fencecheck Raft nodes, each on 127.0.0.1 at a free port with its own temporary
+//! directory, stopped (by the PID this process started) and removed when dropped.
 //!
 //! PostgreSQL refuses to run as root; when this process is root the cluster is created and run as
 //! the `postgres` user.
