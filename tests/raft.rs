@@ -1,7 +1,7 @@
-//! The Raft backend on real three-node clusters this test starts (`fencecheck raft-node`
-//! processes): the backend contract, fenced storage in the same Raft group (with the unfenced
-//! control), bounded errors, and leader kills and stopped nodes with a fenced write per round,
-//! the client's trace replayed through the model.
+//! The Raft backend on real clusters this test starts (`fencecheck raft-node` processes): on three
+//! nodes the backend contract, fenced storage in the same Raft group (with the unfenced control),
+//! bounded errors, and leader kills and stopped nodes with a fenced write per round, the client's
+//! trace replayed through the model; on one node `fencecheck run` under faults.
 #![cfg(feature = "backends")]
 
 mod common;
@@ -10,13 +10,15 @@ use common::contract::{
     election_contract, every_round_served_in_order, lock_contract, lost_signal_contract,
     storage_contract,
 };
+use common::faults;
 use fencecheck::backend::raft::{status, RaftFencedStore, RaftLock, RaftOptions};
+use fencecheck::backend::LockSpec;
 use fencecheck::backend::{
     BackendError, FencedStorage, LockService, Recorder, TracedStore, WriteOutcome,
 };
 use fencecheck::check::trace::{validate, Replay};
 use fencecheck::protocol::{one_leader_per_term, FencePolicy, History, Token};
-use fencecheck_testkit::{signal, started_or_skip, RaftCluster};
+use fencecheck_testkit::{signal, started_or_skip, FreezableProxy, RaftCluster};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -291,4 +293,46 @@ fn run_and_demo_work_on_raft() {
         );
         assert!(text.contains(expect), "{text}");
     }
+}
+
+fn raft_flags(nodes: &str) -> Vec<String> {
+    ["--backend", "raft", "--raft", nodes]
+        .map(String::from)
+        .to_vec()
+}
+
+/// `fencecheck run` on a Raft group under the faults of `tests/run_faults.rs`: the lease released
+/// behind its back by another client with its token, the supervisor killed with SIGKILL, and the
+/// network to the node frozen (the margin measured against the group itself); each with the
+/// escaped control. One node, so one proxy freezes all of `run`'s traffic.
+#[test]
+fn run_faults_on_raft() {
+    let cluster = RaftCluster::start(env!("CARGO_BIN_EXE_fencecheck"), 1);
+    let Some(raft) = started_or_skip("run faults on raft", cluster) else {
+        return;
+    };
+    let nodes = raft.nodes();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let revoke = |name: &str| {
+        rt.block_on(async {
+            let lock = RaftLock::connect(&nodes, name, TTL).unwrap();
+            let held = lock.holder().await.unwrap().expect("run holds the lease");
+            assert!(lock.release(&held.owner, held.token).await.unwrap());
+        })
+    };
+    let flags = raft_flags(&nodes.join(","));
+    faults::lost_lease_stops_the_whole_tree(&flags, &revoke, "raft");
+    faults::work_dies_with_its_supervisor(&flags, "raft");
+    let node: std::net::SocketAddr = nodes[0].parse().unwrap();
+    let proxy = FreezableProxy::start(node).unwrap();
+    let proxied = raft_flags(&proxy.addr().to_string());
+    let direct = LockSpec::Raft {
+        nodes: nodes.clone(),
+    };
+    faults::stall_stops_the_work_before_the_server_expires_the_lease(
+        &proxied, &proxy, &direct, "raft",
+    );
 }
