@@ -1,12 +1,14 @@
 //! Lease acquire + release against the floors it is built from, measured in the same run:
 //! `parking_lot::Mutex` and `std::sync::Mutex` lock+unlock, a bare `Instant::now()`, and a
-//! parking_lot lock+unlock with one clock read (the budget the lease lock is held to).
+//! parking_lot lock+unlock with one clock read (the budget the lease lock is held to). The lock
+//! runs on each of its clocks: `SystemClock` (`Instant`) and `CoarseClock` (the kernel's tick),
+//! and each clock read is measured alone and under a parking_lot lock.
 
 mod common;
 
 use common::run_contended;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use fencecheck::local::LeaseLock;
+use fencecheck::local::{Clock, CoarseClock, LeaseLock};
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -20,6 +22,13 @@ fn uncontended(c: &mut Criterion) {
     g.bench_function("lease_lock_acquire_release", |b| {
         b.iter(|| {
             let guard = lock.try_acquire(black_box(1u64)).unwrap();
+            black_box(guard.token());
+        })
+    });
+    let coarse_lock = LeaseLock::with_clock(TTL, CoarseClock::new()).unwrap();
+    g.bench_function("lease_lock_coarse_acquire_release", |b| {
+        b.iter(|| {
+            let guard = coarse_lock.try_acquire(black_box(1u64)).unwrap();
             black_box(guard.token());
         })
     });
@@ -37,6 +46,14 @@ fn uncontended(c: &mut Criterion) {
             *v = v.wrapping_add(origin.elapsed().as_nanos() as u64);
         })
     });
+    let coarse = CoarseClock::new();
+    g.bench_function("coarse_clock_now", |b| b.iter(|| black_box(coarse.now())));
+    g.bench_function("parking_lot_lock_unlock_plus_coarse_clock", |b| {
+        b.iter(|| {
+            let mut v = pl.lock();
+            *v = v.wrapping_add(coarse.now());
+        })
+    });
     g.finish();
 }
 
@@ -49,6 +66,16 @@ fn contended(c: &mut Criterion) {
             b.iter_custom(|iters| {
                 run_contended(threads, iters, |_| {
                     if let Ok(guard) = lock.try_acquire(1u64) {
+                        black_box(guard.token());
+                    }
+                })
+            })
+        });
+        let coarse_lock = Arc::new(LeaseLock::with_clock(TTL, CoarseClock::new()).unwrap());
+        g.bench_function("lease_lock_coarse_try_acquire_release", |b| {
+            b.iter_custom(|iters| {
+                run_contended(threads, iters, |_| {
+                    if let Ok(guard) = coarse_lock.try_acquire(1u64) {
                         black_box(guard.token());
                     }
                 })

@@ -3,7 +3,9 @@
 //!   `redis-benchmark` running the same two scripts on the same server in the same run. The floor
 //!   is written beside criterion's results as `redis_benchmark_floor` (median = 1 / pair rate);
 //!   `redis_crate_same_scripts` runs the two scripts through the `redis` crate with no fencecheck
-//!   code, to separate the client library's cost from ours.
+//!   code, to separate the client library's cost from ours, once on the multiplexed async
+//!   connection the lock uses and once on a blocking connection of its own (`redis_crate_sync_`):
+//!   the least a client of this library pays per round trip.
 //! - `postgres/write`: `PgFencedStore::write` against a plain upsert of the same row.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
@@ -144,6 +146,19 @@ fn redis(c: &mut Criterion) {
                 let done: i64 = release.invoke_async(&mut conn).await.unwrap();
                 assert_eq!(done, 1);
             })
+        })
+    });
+    // The same again on a blocking connection: no runtime, no channel to a driver task.
+    let mut sync_conn = client.get_connection().unwrap();
+    g.bench_function("redis_crate_sync_same_scripts", |b| {
+        b.iter(|| {
+            let mut acquire = sa.key("{raw2}:lock");
+            acquire.key("{raw2}:token").arg("o").arg(30000).arg(0);
+            let (_, t, _): (i64, String, i64) = acquire.invoke(&mut sync_conn).unwrap();
+            let mut release = sr.key("{raw2}:lock");
+            release.arg(format!("{t}:o"));
+            let done: i64 = release.invoke(&mut sync_conn).unwrap();
+            assert_eq!(done, 1);
         })
     });
     g.finish();

@@ -5,6 +5,6 @@ mod clock;
 mod lock;
 mod store;
 
-pub use clock::{Clock, ManualClock, SystemClock};
+pub use clock::{Clock, CoarseClock, ManualClock, SystemClock};
 pub use lock::{AcquireError, LeaseGuard, LeaseLock};
 pub use store::FencedStore;
