@@ -25,7 +25,10 @@ fn bench_cluster(c: &mut Criterion, members: usize) {
             Duration::from_secs(30),
         ))
         .unwrap();
-    let rpc = Members::new(&endpoints, Duration::from_secs(2), Duration::from_secs(2)).unwrap();
+    let rpc = {
+        let _in_runtime = rt.enter();
+        Members::new(&endpoints, Duration::from_secs(2), Duration::from_secs(2)).unwrap()
+    };
     let client = rpc.client(0);
     let mut g = c.benchmark_group(format!("etcd/{members}_members/acquire_release"));
     g.throughput(Throughput::Elements(1));

@@ -352,11 +352,20 @@ pub struct Members {
 impl Members {
     /// Lazily connecting channels to `endpoints` (`http://HOST:PORT` or `HOST:PORT`): nothing is
     /// sent until the first call, which is bounded by `request_timeout`.
+    ///
+    /// # Errors
+    /// A malformed endpoint, or a call from outside a Tokio runtime (the channels' connections
+    /// are driven by tasks of the caller's runtime).
     pub fn new(
         endpoints: &[String],
         connect_timeout: Duration,
         request_timeout: Duration,
     ) -> Result<Self, String> {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err("etcd channels must be made inside a Tokio runtime \
+                        (call this from async code or under Runtime::enter)"
+                .into());
+        }
         let channels = endpoints
             .iter()
             .map(|e| {
@@ -505,6 +514,20 @@ mod tests {
         // The field must be present on the wire: "create revision is 0" means "does not exist".
         let bytes = Compare::created_at("k", 0).encode_to_vec();
         assert!(bytes.ends_with(&[5 << 3, 0]), "{bytes:?}");
+    }
+
+    #[test]
+    fn channels_outside_a_runtime_are_an_error_not_a_panic() {
+        let endpoints = vec!["127.0.0.1:2379".to_string()];
+        let d = Duration::from_secs(1);
+        let err = Members::new(&endpoints, d, d).unwrap_err();
+        assert!(err.contains("inside a Tokio runtime"), "{err}");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let _in_runtime = rt.enter();
+        assert!(Members::new(&endpoints, d, d).is_ok());
     }
 
     #[test]
