@@ -1,10 +1,12 @@
 //! Model-checking throughput (states per second) of each model at its default size, with 1 and 2
-//! checker threads, and with and without symmetry reduction where the model has it.
+//! checker threads, with and without symmetry reduction where the model has it, on Stateright's
+//! checker and on the lean search (`lean_*`). The baseline is Stateright's full search with one
+//! thread (`full_threads1`).
 
 mod common;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use fencecheck::check::{catalog, Options};
+use fencecheck::check::{catalog, Engine, Options};
 use std::time::Duration;
 
 fn check(c: &mut Criterion) {
@@ -18,11 +20,15 @@ fn check(c: &mut Criterion) {
             .expect("accepted")
             .symmetry;
         let symmetry: &[bool] = if reduces { &[true, false] } else { &[false] };
-        for &symmetry in symmetry {
+        let runs = [Engine::Stateright, Engine::Lean]
+            .into_iter()
+            .flat_map(|engine| symmetry.iter().map(move |&symmetry| (engine, symmetry)));
+        for (engine, symmetry) in runs {
             for threads in [1usize, 2] {
                 let options = Options {
                     threads,
                     symmetry,
+                    engine,
                     ..Options::default()
                 };
                 // States per run, measured once, so that criterion reports states/s.
@@ -31,7 +37,8 @@ fn check(c: &mut Criterion) {
                     .generated;
                 g.throughput(Throughput::Elements(states as u64));
                 let id = format!(
-                    "{}_threads{threads}",
+                    "{}{}_threads{threads}",
+                    if engine == Engine::Lean { "lean_" } else { "" },
                     if symmetry { "symmetry" } else { "full" }
                 );
                 g.bench_with_input(BenchmarkId::from_parameter(id), &options, |b, o| {

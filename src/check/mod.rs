@@ -3,6 +3,7 @@
 
 pub mod campaign;
 mod catalog;
+pub mod explore;
 pub mod linearize;
 mod run;
 mod shortest;
@@ -12,5 +13,7 @@ pub use crate::models::Params;
 pub use catalog::{
     catalog, find_model, CheckFn, ModelEntry, ParamsError, MAX_CLIENTS, MAX_RETRIES, MAX_WRITES,
 };
-pub use run::{check_model, CheckError, ModelRun, Options, Progress, PropertyResult, Verdict};
+pub use run::{
+    check_model, CheckError, Engine, ModelRun, Options, Progress, PropertyResult, Verdict,
+};
 pub use shortest::{shortest_counterexample, shortest_counterexamples, Counterexample};

@@ -1,11 +1,13 @@
 //! One exhaustive check of one model, and its verdicts against the model's declarations.
 
 use super::catalog::ParamsError;
+use super::explore;
 use super::shortest::{shortest_counterexamples, Counterexample};
 use crate::models::{Declares, Expected, Narrate, PropertySpec, Symmetric};
 use serde::Serialize;
-use stateright::{Checker, Expectation, HasDiscoveries};
+use stateright::{Checker, Expectation, HasDiscoveries, Model};
 use std::collections::BTreeSet;
+use std::collections::HashMap;
 use std::hash::Hash;
 use std::time::{Duration, Instant};
 
@@ -73,6 +75,33 @@ pub struct Options {
     pub max_states: Option<usize>,
     /// States the minimal-counterexample search may explore before giving up.
     pub max_counterexample_states: usize,
+    /// Which search decides the verdicts.
+    pub engine: Engine,
+}
+
+/// The search that decides the verdicts. Both explore the same states by the same rules and
+/// reach the same verdicts; minimal counterexamples come from a separate breadth-first search
+/// either way.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Engine {
+    /// Stateright's depth-first checker.
+    #[default]
+    Stateright,
+    /// fencecheck's own depth-first search ([`crate::check::explore`]): no path kept per
+    /// state, fingerprints in sharded sets, threads that share work. When the minimal search
+    /// runs out of budget it has no checker path to show instead, so such a violation comes
+    /// without a counterexample.
+    Lean,
+}
+
+impl std::fmt::Display for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Engine::Stateright => "stateright",
+            Engine::Lean => "lean",
+        })
+    }
 }
 
 impl Default for Options {
@@ -82,6 +111,7 @@ impl Default for Options {
             symmetry: true,
             max_states: None,
             max_counterexample_states: 5_000_000,
+            engine: Engine::Stateright,
         }
     }
 }
@@ -215,53 +245,57 @@ where
         .map(|d| d.spec(&model))
         .collect();
     let started = Instant::now();
-    // Never finish early: every property is decided over the whole space.
-    let mut builder = model
-        .clone()
-        .checker()
-        .threads(options.threads.max(1))
-        .finish_when(HasDiscoveries::AnyOf(BTreeSet::new()));
     let symmetry = options.symmetry && M::REDUCES;
-    if symmetry {
-        builder = builder.symmetry_fn(M::representative);
-    }
-    if let Some(max) = options.max_states {
-        // One past the bound: a search that generates exactly `max` states and then runs out of
-        // states is complete; only one that needs more is cut short.
-        builder = builder.target_state_count(max.saturating_add(1));
-    }
-    let checker = builder.spawn_dfs();
-    // Poll finely at first so that small models report their real time; back off to 100 ms.
-    let mut nap = Duration::from_micros(20);
-    while !checker.is_done() {
-        std::thread::sleep(nap);
-        nap = (nap * 2).min(Duration::from_millis(100));
-        progress(&Progress {
-            model: name,
-            unique_states: checker.unique_state_count(),
-            states: checker.state_count(),
-            max_depth: checker.max_depth(),
-            elapsed: started.elapsed(),
-        });
-    }
-    let checker = checker.join();
+    // One past the bound: a search that generates exactly `max` states and then runs out of
+    // states is complete; only one that needs more is cut short.
+    let target = options.max_states.map(|max| max.saturating_add(1));
+    let searched = match options.engine {
+        Engine::Stateright => stateright_search(name, &model, options, symmetry, target, progress),
+        Engine::Lean => {
+            let search = explore::Search {
+                threads: options.threads.max(1),
+                symmetry: symmetry.then_some(M::representative as fn(&M::State) -> M::State),
+                target_generated: target,
+            };
+            let found = explore::explore(&model, &search, &mut |c| {
+                progress(&Progress {
+                    model: name,
+                    unique_states: c.unique,
+                    states: c.generated,
+                    max_depth: c.max_depth,
+                    elapsed: started.elapsed(),
+                })
+            });
+            Searched {
+                unique: found.unique,
+                generated: found.generated,
+                max_depth: found.max_depth,
+                discoveries: found
+                    .discovered
+                    .into_iter()
+                    .map(|name| (name, None))
+                    .collect(),
+            }
+        }
+    };
     let seconds = started.elapsed().as_secs_f64();
-    let generated = checker.state_count();
+    let generated = searched.generated;
     let complete = options.max_states.is_none_or(|max| generated <= max);
 
     let cx_started = Instant::now();
     let violated: Vec<&'static str> = specs
         .iter()
         .filter(|spec| spec.kind != Expectation::Sometimes)
-        .filter(|spec| checker.discovery(spec.name).is_some())
+        .filter(|spec| searched.discoveries.contains_key(spec.name))
         .map(|spec| spec.name)
         .collect();
     let mut shortest =
         shortest_counterexamples(&model, &violated, options.max_counterexample_states);
+    let mut discoveries = searched.discoveries;
     let properties = specs
         .iter()
         .map(|spec| {
-            let discovery = checker.discovery(spec.name);
+            let discovery = discoveries.remove(spec.name);
             let verdict = match (&spec.kind, discovery.is_some(), complete) {
                 (Expectation::Sometimes, true, _) => Verdict::Holds,
                 (_, true, _) => Verdict::Violated,
@@ -273,7 +307,7 @@ where
                 (Expectation::Always | Expectation::Eventually, Some(path)) => {
                     match shortest.remove(spec.name) {
                         Some(cx) => (Some(cx), true),
-                        None => (Some(narrate_path(&model, path)), false),
+                        None => (path.map(|path| narrate_path(&model, path)), false),
                     }
                 }
                 _ => (None, false),
@@ -293,15 +327,81 @@ where
     Ok(ModelRun {
         model: name,
         params: params.clone(),
-        states: checker.unique_state_count(),
+        states: searched.unique,
         generated,
-        max_depth: checker.max_depth(),
+        max_depth: searched.max_depth,
         seconds,
         counterexample_seconds: cx_started.elapsed().as_secs_f64(),
         complete,
         symmetry,
         properties,
     })
+}
+
+/// Stateright's path to a discovery.
+type Path<M> = stateright::Path<<M as Model>::State, <M as Model>::Action>;
+
+/// What a search found, whichever engine ran it.
+struct Searched<M: Model> {
+    unique: usize,
+    generated: usize,
+    max_depth: usize,
+    /// Each discovered property, with Stateright's path to it when that engine ran.
+    discoveries: HashMap<&'static str, Option<Path<M>>>,
+}
+
+/// Stateright's depth-first checker, never finishing early: every property is decided over the
+/// whole space.
+fn stateright_search<M>(
+    name: &'static str,
+    model: &M,
+    options: &Options,
+    symmetry: bool,
+    target: Option<usize>,
+    progress: &mut dyn FnMut(&Progress),
+) -> Searched<M>
+where
+    M: Symmetric + Clone + Send + Sync + 'static,
+    M::State: Clone + Eq + Hash + std::fmt::Debug + Send + Sync,
+    M::Action: Clone + PartialEq + std::fmt::Debug + Send + Sync,
+{
+    let started = Instant::now();
+    let mut builder = model
+        .clone()
+        .checker()
+        .threads(options.threads.max(1))
+        .finish_when(HasDiscoveries::AnyOf(BTreeSet::new()));
+    if symmetry {
+        builder = builder.symmetry_fn(M::representative);
+    }
+    if let Some(target) = target {
+        builder = builder.target_state_count(target);
+    }
+    let checker = builder.spawn_dfs();
+    // Poll finely at first so that small models report their real time; back off to 100 ms.
+    let mut nap = Duration::from_micros(20);
+    while !checker.is_done() {
+        std::thread::sleep(nap);
+        nap = (nap * 2).min(Duration::from_millis(100));
+        progress(&Progress {
+            model: name,
+            unique_states: checker.unique_state_count(),
+            states: checker.state_count(),
+            max_depth: checker.max_depth(),
+            elapsed: started.elapsed(),
+        });
+    }
+    let checker = checker.join();
+    Searched {
+        unique: checker.unique_state_count(),
+        generated: checker.state_count(),
+        max_depth: checker.max_depth(),
+        discoveries: checker
+            .discoveries()
+            .into_iter()
+            .map(|(name, path)| (name, Some(path)))
+            .collect(),
+    }
 }
 
 fn narrate_path<M: Narrate>(

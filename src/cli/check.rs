@@ -1,8 +1,9 @@
 //! `fencecheck check`, `list` and `explore`: parsing their inputs and printing results.
 
-use super::{model_names, CheckArgs, ExploreArgs, SizeArgs, UsageError};
+use super::{model_names, CheckArgs, EngineArg, ExploreArgs, SizeArgs, UsageError};
 use fencecheck::check::{
-    catalog, find_model, CheckError, ModelEntry, ModelRun, Options, Params, ParamsError, Progress,
+    catalog, find_model, CheckError, Engine, ModelEntry, ModelRun, Options, Params, ParamsError,
+    Progress,
 };
 use fencecheck::models::{Expected, Mutant};
 use fencecheck::report::sizes;
@@ -164,6 +165,10 @@ pub(super) fn run(args: CheckArgs) -> Result<ExitCode, UsageError> {
         threads: args.threads,
         symmetry: !args.no_symmetry,
         max_states: args.max_states,
+        engine: match args.engine {
+            EngineArg::Stateright => Engine::Stateright,
+            EngineArg::Lean => Engine::Lean,
+        },
         ..Options::default()
     };
 

@@ -149,6 +149,10 @@ struct CheckArgs {
     /// Exit 0 even when a search was cut short by --max-states.
     #[arg(long)]
     allow_incomplete: bool,
+    /// The search that decides the verdicts: Stateright's checker, or fencecheck's own lean
+    /// search (the same states and verdicts; less work per state, and threads share work).
+    #[arg(long, value_enum, default_value_t = EngineArg::Stateright)]
+    engine: EngineArg,
     /// Print the results as JSON (one object per model and property) instead of a table.
     #[arg(long)]
     json: bool,
@@ -159,6 +163,15 @@ struct CheckArgs {
     /// (for testing a gate). Repeatable.
     #[arg(long, value_name = "MODEL.PROPERTY=holds|violated")]
     expect: Vec<String>,
+}
+
+/// `--engine`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum EngineArg {
+    /// Stateright's depth-first checker.
+    Stateright,
+    /// fencecheck's own depth-first search.
+    Lean,
 }
 
 #[derive(Debug, Args)]

@@ -2,7 +2,9 @@
 
 use super::env::EnvironmentError;
 use super::{Client, Environment};
-use crate::check::{check_model, Counterexample, ModelRun, Options, PropertyResult, Verdict};
+use crate::check::{
+    check_model, Counterexample, Engine, ModelRun, Options, PropertyResult, Verdict,
+};
 use crate::models::Params;
 use std::fmt::Write as _;
 
@@ -26,6 +28,7 @@ pub fn try_verify<C: Client>(env: Environment<C>) -> Result<Verification, Enviro
         symmetry: true,
         max_states: Some(env.max_states),
         max_counterexample_states: env.max_states,
+        engine: Engine::Stateright,
     };
     let params = Params::sized(env.instances, 0, 0);
     let checked = match env.clock {
