@@ -7,7 +7,7 @@
 //! work between threads in blocks that, on two cores, made a second thread no faster. This
 //! search keeps for a pending state only what deciding the properties needs (its depth and which
 //! `eventually` properties its path has not yet met), stores fingerprints in sharded sets, and
-//! lets an idle thread take half of a busy thread's pending states. Paths are not kept:
+//! has a busy thread hand half of its pending states to an idle one. Paths are not kept:
 //! minimal counterexamples come from the separate breadth-first search in `shortest`.
 //!
 //! The rules follow Stateright's depth-first checker exactly, so that the two agree on counts
@@ -20,8 +20,8 @@
 //!   whose path never met it; a successor already seen counts as a successor (a join, not an
 //!   end), so like Stateright this search can miss a violation whose path joins a seen state;
 //! - a state where no property can be decided any more (every `always` property false there,
-//!   every `sometimes` property true there, every `eventually` property decided) is not
-//!   expanded;
+//!   every `sometimes` property true there, every `eventually` property already broken elsewhere
+//!   and met on this state's path) is not expanded;
 //! - with one thread the order of exploration is Stateright's: last action first.
 
 use parking_lot::Mutex;
@@ -81,6 +81,14 @@ fn fingerprint<T: Hash>(value: &T) -> u64 {
         0x082e_fa98_ec4e_6c89,
     )
     .hash_one(value)
+}
+
+/// The fingerprint a state is known by: its symmetry representative's, when reducing.
+fn key<S: Hash>(search: &Search<S>, state: &S) -> u64 {
+    match search.symmetry {
+        Some(representative) => fingerprint(&representative(state)),
+        None => fingerprint(state),
+    }
 }
 
 /// A set of fingerprints: open addressing with linear probing over a power-of-two array, zero
@@ -144,7 +152,6 @@ impl FingerprintSet {
 /// meet on one lock.
 struct Seen {
     shards: Vec<Mutex<FingerprintSet>>,
-    len: AtomicUsize,
 }
 
 const SHARD_BITS: u32 = 6;
@@ -155,18 +162,18 @@ impl Seen {
             shards: (0..1 << SHARD_BITS)
                 .map(|_| Mutex::new(FingerprintSet::new()))
                 .collect(),
-            len: AtomicUsize::new(0),
         }
     }
 
     /// Whether `fp` is new (and now recorded).
     fn insert(&self, fp: u64) -> bool {
         let shard = (fp >> (64 - SHARD_BITS)) as usize;
-        let new = self.shards[shard].lock().insert(fp);
-        if new {
-            self.len.fetch_add(1, Ordering::Relaxed);
-        }
-        new
+        self.shards[shard].lock().insert(fp)
+    }
+
+    /// How many fingerprints are recorded.
+    fn len(&self) -> usize {
+        self.shards.iter().map(|shard| shard.lock().len).sum()
     }
 }
 
@@ -192,8 +199,8 @@ struct Shared<'m, M: Model> {
     threads: usize,
 }
 
-/// Explores every state of `model` reachable inside its boundary, calling `progress` about every
-/// 100 ms from the calling thread.
+/// Explores every state of `model` reachable inside its boundary, calling `progress` from the
+/// calling thread: often at first, then every 100 ms, and once at the end.
 pub fn explore<M>(
     model: &M,
     search: &Search<M::State>,
@@ -238,11 +245,7 @@ where
             continue;
         }
         shared.generated.fetch_add(1, Ordering::Relaxed);
-        let fp = match search.symmetry {
-            Some(representative) => fingerprint(&representative(&state)),
-            None => fingerprint(&state),
-        };
-        shared.seen.insert(fp);
+        shared.seen.insert(key(search, &state));
         first.push(Job {
             state,
             depth: 1,
@@ -257,7 +260,7 @@ where
     *shared.pool.jobs.lock() = first;
 
     let counts = |s: &Shared<M>| Counts {
-        unique: s.seen.len.load(Ordering::Relaxed),
+        unique: s.seen.len(),
         generated: s.generated.load(Ordering::Relaxed),
         max_depth: s.max_depth.load(Ordering::Relaxed),
     };
@@ -281,7 +284,7 @@ where
     });
     progress(counts(&shared));
     Explored {
-        unique: shared.seen.len.load(Ordering::Relaxed),
+        unique: shared.seen.len(),
         generated: shared.generated.load(Ordering::Relaxed),
         max_depth: shared.max_depth.load(Ordering::Relaxed),
         discovered: shared
@@ -295,12 +298,12 @@ where
 }
 
 /// The first pause between progress reports.
-const FIRST_NAP: Duration = Duration::from_micros(20);
+pub(crate) const FIRST_NAP: Duration = Duration::from_micros(20);
 /// The longest pause between progress reports.
 const MAX_NAP: Duration = Duration::from_millis(100);
 
 /// The pause after `nap`: twice as long, at most [`MAX_NAP`].
-fn next_nap(nap: Duration) -> Duration {
+pub(crate) fn next_nap(nap: Duration) -> Duration {
     (nap * 2).min(MAX_NAP)
 }
 
@@ -382,11 +385,7 @@ where
             }
             terminal = false;
             let generated = shared.generated.fetch_add(1, Ordering::Relaxed) + 1;
-            let fp = match shared.search.symmetry {
-                Some(representative) => fingerprint(&representative(&next)),
-                None => fingerprint(&next),
-            };
-            if shared.seen.insert(fp) {
+            if shared.seen.insert(key(shared.search, &next)) {
                 stack.push(Job {
                     state: next,
                     depth: depth + 1,

@@ -82,8 +82,7 @@ pub struct Options {
 /// The search that decides the verdicts. Both explore the same states by the same rules and
 /// reach the same verdicts; minimal counterexamples come from a separate breadth-first search
 /// either way.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Engine {
     /// Stateright's depth-first checker.
     #[default]
@@ -93,15 +92,6 @@ pub enum Engine {
     /// runs out of budget it has no checker path to show instead, so such a violation comes
     /// without a counterexample.
     Lean,
-}
-
-impl std::fmt::Display for Engine {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Engine::Stateright => "stateright",
-            Engine::Lean => "lean",
-        })
-    }
 }
 
 impl Default for Options {
@@ -379,10 +369,10 @@ where
     }
     let checker = builder.spawn_dfs();
     // Poll finely at first so that small models report their real time; back off to 100 ms.
-    let mut nap = Duration::from_micros(20);
+    let mut nap = explore::FIRST_NAP;
     while !checker.is_done() {
         std::thread::sleep(nap);
-        nap = (nap * 2).min(Duration::from_millis(100));
+        nap = explore::next_nap(nap);
         progress(&Progress {
             model: name,
             unique_states: checker.unique_state_count(),
