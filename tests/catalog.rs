@@ -533,3 +533,36 @@ fn the_lean_search_agrees_with_stateright_on_the_whole_catalog() {
         }
     }
 }
+
+/// A minimal search with no budget finds no counterexample; each search then shows its checker's
+/// path instead, marked not minimal: Stateright's own, and for the lean search (which keeps no
+/// paths) the path of a Stateright search run after it until it finds that violation.
+#[test]
+fn without_budget_for_the_minimal_search_both_searches_show_a_checker_path() {
+    let entry = find_model("ttl-only").expect("in the catalog");
+    let params = (entry.defaults)();
+    let minimal = (entry.check)(&params, &Options::default(), &mut |_| {}).expect("accepted");
+    for engine in [Engine::Stateright, Engine::Lean] {
+        let options = Options {
+            engine,
+            max_counterexample_states: 1,
+            ..Options::default()
+        };
+        let run = (entry.check)(&params, &options, &mut |_| {}).expect("accepted");
+        let mut shown = 0;
+        for (r, m) in run.properties.iter().zip(&minimal.properties) {
+            assert_eq!(r.verdict, m.verdict, "{engine:?} {}", r.property);
+            let Some(shortest) = &m.counterexample else {
+                assert!(r.counterexample.is_none(), "{engine:?} {}", r.property);
+                continue;
+            };
+            let path = r.counterexample.as_ref().unwrap_or_else(|| {
+                panic!("{engine:?} {}: violated, with no path shown", r.property)
+            });
+            assert!(!r.minimal, "{engine:?} {}", r.property);
+            assert!(path.steps.len() >= shortest.steps.len());
+            shown += 1;
+        }
+        assert!(shown > 0, "ttl-only declares violations to show");
+    }
+}

@@ -89,8 +89,8 @@ pub enum Engine {
     Stateright,
     /// fencecheck's own depth-first search ([`crate::check::explore`]): no path kept per
     /// state, fingerprints in sharded sets, threads that share work. When the minimal search
-    /// runs out of budget it has no checker path to show instead, so such a violation comes
-    /// without a counterexample.
+    /// runs out of budget for a violation, Stateright's checker is run after it, only until it
+    /// has a path to each such violation, and that path is shown (not minimal).
     Lean,
 }
 
@@ -240,7 +240,15 @@ where
     // states is complete; only one that needs more is cut short.
     let target = options.max_states.map(|max| max.saturating_add(1));
     let searched = match options.engine {
-        Engine::Stateright => stateright_search(name, &model, options, symmetry, target, progress),
+        Engine::Stateright => stateright_search(
+            name,
+            &model,
+            options,
+            symmetry,
+            target,
+            HasDiscoveries::AnyOf(BTreeSet::new()),
+            progress,
+        ),
         Engine::Lean => {
             let search = explore::Search {
                 threads: options.threads.max(1),
@@ -282,6 +290,30 @@ where
     let mut shortest =
         shortest_counterexamples(&model, &violated, options.max_counterexample_states);
     let mut discoveries = searched.discoveries;
+    // The lean search keeps no paths. A violation the minimal search ran out of budget for gets
+    // the path of Stateright's checker instead, which searches only until it has found them all.
+    let pathless: BTreeSet<&'static str> = violated
+        .iter()
+        .copied()
+        .filter(|name| !shortest.contains_key(name))
+        .filter(|name| discoveries.get(name).is_some_and(Option::is_none))
+        .collect();
+    if !pathless.is_empty() {
+        let found = stateright_search(
+            name,
+            &model,
+            options,
+            symmetry,
+            target,
+            HasDiscoveries::AllOf(pathless.clone()),
+            progress,
+        );
+        for (property, path) in found.discoveries {
+            if pathless.contains(property) {
+                discoveries.insert(property, path);
+            }
+        }
+    }
     let properties = specs
         .iter()
         .map(|spec| {
@@ -340,14 +372,16 @@ struct Searched<M: Model> {
     discoveries: HashMap<&'static str, Option<Path<M>>>,
 }
 
-/// Stateright's depth-first checker, never finishing early: every property is decided over the
-/// whole space.
+/// Stateright's depth-first checker, finishing when `finish` says: with `AnyOf` no property,
+/// never early, so every property is decided over the whole space; with `AllOf` some, as soon as
+/// each of them has a path.
 fn stateright_search<M>(
     name: &'static str,
     model: &M,
     options: &Options,
     symmetry: bool,
     target: Option<usize>,
+    finish: HasDiscoveries,
     progress: &mut dyn FnMut(&Progress),
 ) -> Searched<M>
 where
@@ -360,7 +394,7 @@ where
         .clone()
         .checker()
         .threads(options.threads.max(1))
-        .finish_when(HasDiscoveries::AnyOf(BTreeSet::new()));
+        .finish_when(finish);
     if symmetry {
         builder = builder.symmetry_fn(M::representative);
     }
