@@ -46,6 +46,12 @@ impl ServerError {
     pub fn is_missing(&self) -> bool {
         matches!(self, ServerError::Missing { .. })
     }
+
+    /// Whether it failed because a port was already in use.
+    pub fn is_port_clash(&self) -> bool {
+        matches!(self, ServerError::Failed { detail, .. }
+            if detail.to_ascii_lowercase().contains("address already in use"))
+    }
 }
 
 fn failed(what: impl Into<String>, detail: impl ToString) -> ServerError {
@@ -55,9 +61,78 @@ fn failed(what: impl Into<String>, detail: impl ToString) -> ServerError {
     }
 }
 
-/// A free TCP port on 127.0.0.1 (bound, then released for the server to take).
+/// A TCP port on 127.0.0.1 that is free now (bound, then released for a server to take), never
+/// one handed out before by this process, and chosen below the kernel's ephemeral range
+/// (`/proc/sys/net/ipv4/ip_local_port_range`) when there is room there.
+///
+/// Ports in the ephemeral range are also what the kernel gives every outgoing connection: between
+/// the check here and the server's own `bind`, or while a killed server is down before its
+/// restart on the same port, a client socket elsewhere on the machine (an etcd member dialling its
+/// peers, say) can take the port, and the server then fails with "address already in use". Below
+/// the range only another listener can take it.
 pub fn free_port() -> std::io::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    use std::collections::BTreeSet;
+    use std::sync::Mutex;
+    static HANDED_OUT: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+    let mut handed = HANDED_OUT.lock().unwrap_or_else(|p| p.into_inner());
+    let (low, size) = port_band();
+    if size > 0 {
+        // Start somewhere different in each process so that two test runs rarely probe the same
+        // ports; step by a prime so every port of the band is visited once.
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let start = (u64::from(std::process::id()) * 7919 + u64::from(nanos)) % u64::from(size);
+        for i in 0..u64::from(size) {
+            let port = low + ((start + i * 4099) % u64::from(size)) as u16;
+            if handed.contains(&port) {
+                continue;
+            }
+            if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                handed.insert(port);
+                return Ok(port);
+            }
+        }
+    }
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        if handed.insert(port) {
+            return Ok(port);
+        }
+    }
+}
+
+/// The band `free_port` chooses from: `(first port, how many)`, up to 16,384 ports just below the
+/// ephemeral range and above 1024; empty when the range starts too low to leave 1,024 ports.
+fn port_band() -> (u16, u16) {
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    let first = low.saturating_sub(16384).max(1025);
+    match low.checked_sub(first) {
+        Some(size) if size >= 1024 => (first, size),
+        _ => (first, 0),
+    }
+}
+
+/// Runs `start` again, up to three times in all, while it fails because a port it was given was
+/// taken before the server could bind it.
+fn retry_port_clash<T>(
+    what: &str,
+    mut start: impl FnMut() -> Result<T, ServerError>,
+) -> Result<T, ServerError> {
+    let mut attempt = 1;
+    loop {
+        match start() {
+            Err(e) if attempt < 3 && e.is_port_clash() => {
+                eprintln!("{what}: a port was taken before the server bound it; retrying on new ports ({e})");
+                attempt += 1;
+            }
+            result => return result,
+        }
+    }
 }
 
 /// A directory removed when dropped.
@@ -169,6 +244,10 @@ impl RedisServer {
     /// file synced before the reply (`appendonly yes`, `appendfsync always`), so a `kill -9`
     /// loses nothing; without, a restart starts empty.
     pub fn start(persistent: bool) -> Result<Self, ServerError> {
+        retry_port_clash("redis-server", || Self::start_once(persistent))
+    }
+
+    fn start_once(persistent: bool) -> Result<Self, ServerError> {
         if find_on_path("redis-server").is_none() {
             return Err(ServerError::Missing {
                 binary: "redis-server".into(),
@@ -336,6 +415,10 @@ impl PgServer {
     /// Creates a cluster in a temp dir (trust authentication, user `postgres`, fsync off) and
     /// starts it on a free port of 127.0.0.1.
     pub fn start() -> Result<Self, ServerError> {
+        retry_port_clash("postgres", Self::start_once)
+    }
+
+    fn start_once() -> Result<Self, ServerError> {
         use std::os::unix::process::CommandExt;
         let bin = pg_bin_dir().ok_or(ServerError::Missing {
             binary: "postgres (PostgreSQL server)".into(),
@@ -518,6 +601,10 @@ fn http(port: u16, method: &str, path: &str, body: &str) -> Option<String> {
 impl EtcdCluster {
     /// Starts `size` members and waits until every one reports healthy.
     pub fn start(size: usize) -> Result<Self, ServerError> {
+        retry_port_clash("etcd", || Self::start_once(size))
+    }
+
+    fn start_once(size: usize) -> Result<Self, ServerError> {
         if find_on_path("etcd").is_none() {
             return Err(ServerError::Missing {
                 binary: "etcd".into(),
@@ -730,6 +817,10 @@ fn four_letter(port: u16, command: &str) -> Option<String> {
 impl ZkCluster {
     /// Starts `size` servers (1: standalone; 3: an ensemble) and waits until each serves clients.
     pub fn start(size: usize) -> Result<Self, ServerError> {
+        retry_port_clash("ZooKeeper", || Self::start_once(size))
+    }
+
+    fn start_once(size: usize) -> Result<Self, ServerError> {
         if !Path::new(ZK_JAR).is_file() || find_on_path("java").is_none() {
             return Err(ServerError::Missing {
                 binary: format!("ZooKeeper (java and {ZK_JAR})"),
@@ -946,6 +1037,10 @@ impl RaftCluster {
         extra: &[&str],
     ) -> Result<Self, ServerError> {
         let binary = binary.into();
+        retry_port_clash("raft", || Self::start_once(binary.clone(), size, extra))
+    }
+
+    fn start_once(binary: PathBuf, size: usize, extra: &[&str]) -> Result<Self, ServerError> {
         if !binary.exists() {
             return Err(ServerError::Missing {
                 binary: binary.display().to_string(),
@@ -1113,5 +1208,106 @@ impl Drop for RaftCluster {
         for m in &mut self.members {
             stop_member(&mut m.child);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn free_ports_are_distinct_bindable_and_below_the_ephemeral_range() {
+        let (first, size) = port_band();
+        let mut seen = std::collections::BTreeSet::new();
+        for _ in 0..300 {
+            let port = free_port().unwrap();
+            assert!(seen.insert(port), "port {port} handed out twice");
+            if size > 0 {
+                assert!(
+                    (first..first + size).contains(&port),
+                    "port {port} outside the band {first}..{}",
+                    first + size
+                );
+            }
+            // Another test thread's fork may hold the check's socket until its child execs:
+            // give that a moment.
+            let bound = (0..50).find_map(|_| {
+                let r = TcpListener::bind(("127.0.0.1", port));
+                if r.is_err() {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                r.ok()
+            });
+            assert!(
+                bound.is_some(),
+                "port {port} was handed out but cannot be bound"
+            );
+        }
+    }
+
+    #[test]
+    fn a_port_clash_is_retried_and_nothing_else_is() {
+        let clash = || {
+            failed(
+                "etcd member m2",
+                "listen tcp 127.0.0.1:42683: bind: address already in use",
+            )
+        };
+        let mut calls = 0;
+        let started = retry_port_clash("test", || {
+            calls += 1;
+            if calls < 3 {
+                Err(clash())
+            } else {
+                Ok(calls)
+            }
+        });
+        assert_eq!(started.unwrap(), 3, "two clashes, then a start");
+
+        let mut calls = 0;
+        let gave_up = retry_port_clash("test", || -> Result<(), _> {
+            calls += 1;
+            Err(clash())
+        });
+        assert!(gave_up.unwrap_err().is_port_clash());
+        assert_eq!(calls, 3, "three attempts in all");
+
+        // Control: any other failure is reported at once.
+        let mut calls = 0;
+        let other = retry_port_clash("test", || -> Result<(), _> {
+            calls += 1;
+            Err(failed("etcd member m0", "not healthy after 30s"))
+        });
+        assert!(!other.unwrap_err().is_port_clash());
+        assert_eq!(calls, 1);
+    }
+
+    /// The classifier read against what a real `redis-server` says when its port is taken, and
+    /// against a real failure of another kind (a bad option).
+    #[test]
+    fn redis_server_on_a_taken_port_is_a_port_clash() {
+        if find_on_path("redis-server").is_none() {
+            assert!(!servers_required(), "redis-server is not installed");
+            eprintln!("SKIPPED: redis-server is not installed");
+            return;
+        }
+        let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut server = RedisServer {
+            child: None,
+            port: taken.local_addr().unwrap().port(),
+            persistent: false,
+            dir: TempDir::new("redis-clash").unwrap(),
+        };
+        let err = server.spawn().expect_err("the port is taken");
+        assert!(err.is_port_clash(), "not seen as a clash: {err}");
+
+        let mut server = RedisServer {
+            child: None,
+            port: free_port().unwrap(),
+            persistent: false,
+            dir: TempDir(PathBuf::from("/nonexistent/fencecheck")),
+        };
+        let err = server.spawn().expect_err("no such directory");
+        assert!(!err.is_port_clash(), "seen as a clash: {err}");
     }
 }
