@@ -1,11 +1,12 @@
 //! Backends against their floors, on servers this benchmark starts:
-//! - `redis/acquire_release`: `RedisLock` acquire + release round trips (one connection) against
-//!   `redis-benchmark` running the same two scripts on the same server in the same run. The floor
-//!   is written beside criterion's results as `redis_benchmark_floor` (median = 1 / pair rate);
-//!   `redis_crate_same_scripts` runs the two scripts through the `redis` crate with no fencecheck
-//!   code, to separate the client library's cost from ours, once on the multiplexed async
-//!   connection the lock uses and once on a blocking connection of its own (`redis_crate_sync_`):
-//!   the least a client of this library pays per round trip.
+//! - `redis/acquire_release`: `RedisLock` acquire + release round trips (on its own connection,
+//!   one request at a time) against `redis-benchmark` running the same two scripts on the same
+//!   server in the same run. The floor is written beside criterion's results as
+//!   `redis_benchmark_floor` (median = 1 / pair rate); `redis_crate_same_scripts` runs the two
+//!   scripts through the `redis` crate with no fencecheck code, once on the crate's multiplexed
+//!   async connection (a driver task between caller and socket: what the lock used before) and
+//!   once on a blocking connection (`redis_crate_sync_`): the least a client of the crate pays
+//!   per round trip.
 //! - `postgres/write`: `PgFencedStore::write` against a plain upsert of the same row.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};

@@ -219,6 +219,27 @@ async fn a_stopped_redis_server_times_out_within_the_bound() {
     assert!(e.to_string().contains("redis"), "{e}");
 }
 
+/// A call cut off by its caller's timeout (its future dropped while the server was stopped) does
+/// not leave its reply for the next call: the lock opens a new connection, and the next acquire
+/// reads its own grant.
+#[tokio::test]
+async fn a_call_cut_off_by_its_caller_leaves_no_reply_for_the_next() {
+    let Some(redis) = started_or_skip("redis cut-off call", RedisServer::start(false)) else {
+        return;
+    };
+    let lock = RedisLock::connect(&redis.url(), "cut", Duration::from_secs(5)).unwrap();
+    assert!(lock.holder().await.unwrap().is_none());
+    let pid = redis.pid().unwrap();
+    fencecheck_testkit::signal(pid, libc::SIGSTOP).unwrap();
+    let cut = tokio::time::timeout(Duration::from_millis(200), lock.holder()).await;
+    fencecheck_testkit::signal(pid, libc::SIGCONT).unwrap();
+    assert!(cut.is_err(), "answered while the server was stopped");
+    let grant = granted(lock.try_acquire("a").await.unwrap());
+    assert_eq!(grant.token.get(), 1);
+    assert!(lock.release("a", grant.token).await.unwrap());
+    assert!(lock.holder().await.unwrap().is_none());
+}
+
 /// A lock whose replies arrive `delay` after the server acted. With `stamp_on_reply` it
 /// (wrongly) dates each grant from the reply's arrival: the classic keepalive bug.
 struct SlowReplies<L> {

@@ -22,6 +22,7 @@ mod postgres;
 mod queue;
 pub mod raft;
 mod redis;
+mod redis_conn;
 pub mod retry;
 mod traced;
 mod ttl;

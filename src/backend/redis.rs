@@ -14,14 +14,13 @@
 //! the older last (the `token-reset` model). Raising the counter afterwards
 //! ([`RedisLock::raise_token_floor`]) restores progress, not that safety: persist the counter.
 
+use super::redis_conn::Dedicated;
 use super::{
     validate_name, Acquired, BackendError, FencedStorage, Grant, Holder, LockService, Stored, Ttl,
     WriteOutcome,
 };
 use crate::protocol::{FencePolicy, StaleWrite, Token};
-use crate::sync::Mutex;
-use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Script};
+use redis::Script;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::LazyLock;
 use std::time::{Duration, Instant};
@@ -129,49 +128,31 @@ impl Default for RedisOptions {
     }
 }
 
-/// One lazily (re)connected multiplexed connection: dropped after an I/O error, so a restarted
-/// server is reached again on the next call.
+/// One lazily (re)connected connection of this client's own ([`Dedicated`]), one request at a
+/// time: thrown away after an I/O error, a timeout or a request cut off by its caller, so a
+/// restarted server is reached again on the next call.
 struct Conn {
-    client: redis::Client,
+    info: Box<redis::ConnectionInfo>,
     target: String,
     options: RedisOptions,
-    cached: Mutex<Option<MultiplexedConnection>>,
+    cached: tokio::sync::Mutex<Option<Dedicated>>,
 }
 
 impl Conn {
     fn open(url: &str, options: RedisOptions) -> Result<Self, BackendError> {
-        let client = redis::Client::open(url).map_err(|e| {
+        let info = redis::IntoConnectionInfo::into_connection_info(url).map_err(|e| {
             BackendError::invalid(
                 "redis url",
                 format!("{url:?}: {e}; expected redis://HOST:PORT[/DB]"),
             )
         })?;
-        let info = client.get_connection_info();
         let target = info.addr().to_string();
         Ok(Conn {
-            client,
+            info: Box::new(info),
             target,
             options,
-            cached: Mutex::new(None),
+            cached: tokio::sync::Mutex::new(None),
         })
-    }
-
-    async fn get(&self) -> Result<MultiplexedConnection, BackendError> {
-        if let Some(c) = self.cached.lock().clone() {
-            return Ok(c);
-        }
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(self.options.connect_timeout))
-            .set_response_timeout(Some(self.options.response_timeout));
-        let bound = self.options.connect_timeout + self.options.response_timeout;
-        let conn = super::bounded_connect(BACKEND, self.target.clone(), bound, describe, async {
-            self.client
-                .get_multiplexed_async_connection_with_config(&config)
-                .await
-        })
-        .await?;
-        *self.cached.lock() = Some(conn.clone());
-        Ok(conn)
     }
 
     async fn run<T: redis::FromRedisValue>(
@@ -179,13 +160,36 @@ impl Conn {
         operation: &'static str,
         invocation: redis::ScriptInvocation<'_>,
     ) -> Result<T, BackendError> {
-        let mut conn = self.get().await?;
+        let mut slot = self.cached.lock().await;
+        if slot.as_ref().is_some_and(Dedicated::interrupted) {
+            *slot = None;
+        }
+        let conn = match &mut *slot {
+            Some(conn) => conn,
+            empty => {
+                let bound = self.options.connect_timeout + self.options.response_timeout;
+                let connecting = Dedicated::connect(&self.info, self.options.response_timeout);
+                let conn = super::bounded_connect(
+                    BACKEND,
+                    self.target.clone(),
+                    bound,
+                    describe,
+                    connecting,
+                )
+                .await?;
+                empty.insert(conn)
+            }
+        };
         // The connection bounds every reply by `response_timeout` itself.
-        match invocation.invoke_async::<T>(&mut conn).await {
+        match invocation.invoke_async::<T>(conn).await {
             Ok(v) => Ok(v),
             Err(e) => {
-                if e.is_io_error() || e.is_connection_dropped() || e.is_timeout() {
-                    *self.cached.lock() = None;
+                if e.is_io_error()
+                    || e.is_connection_dropped()
+                    || e.is_timeout()
+                    || conn.interrupted()
+                {
+                    *slot = None;
                 }
                 if e.is_timeout() {
                     return Err(BackendError::Timeout {
