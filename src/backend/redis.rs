@@ -129,8 +129,8 @@ impl Default for RedisOptions {
 }
 
 /// One lazily (re)connected connection of this client's own ([`Dedicated`]), one request at a
-/// time: thrown away after an I/O error, a timeout or a request cut off by its caller, so a
-/// restarted server is reached again on the next call.
+/// time: thrown away by the next call once interrupted (an I/O error, a timeout, a request cut
+/// off by its caller), so a restarted server is reached again.
 struct Conn {
     info: Box<redis::ConnectionInfo>,
     target: String,
@@ -184,13 +184,8 @@ impl Conn {
         match invocation.invoke_async::<T>(conn).await {
             Ok(v) => Ok(v),
             Err(e) => {
-                if e.is_io_error()
-                    || e.is_connection_dropped()
-                    || e.is_timeout()
-                    || conn.interrupted()
-                {
-                    *slot = None;
-                }
+                // An I/O error, a timeout or a reply that is not RESP leaves the connection
+                // interrupted, and the next call throws it away; a server's error reply does not.
                 if e.is_timeout() {
                     return Err(BackendError::Timeout {
                         backend: BACKEND,

@@ -79,11 +79,8 @@ pub fn free_port() -> std::io::Result<u16> {
     if size > 0 {
         // Start somewhere different in each process so that two test runs rarely probe the same
         // ports; step by a prime so every port of the band is visited once.
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or(0);
-        let start = (u64::from(std::process::id()) * 7919 + u64::from(nanos)) % u64::from(size);
+        let seed = u64::from(std::process::id()) * 7919 + u64::from(subsec_nanos());
+        let start = seed % u64::from(size);
         for i in 0..u64::from(size) {
             let port = low + ((start + i * 4099) % u64::from(size)) as u16;
             if handed.contains(&port) {
@@ -135,6 +132,14 @@ fn retry_port_clash<T>(
     }
 }
 
+/// The nanoseconds part of the wall clock now: a cheap value that differs between processes.
+fn subsec_nanos() -> u32 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0)
+}
+
 /// A directory removed when dropped.
 #[derive(Debug)]
 pub struct TempDir(PathBuf);
@@ -143,10 +148,7 @@ impl TempDir {
     /// A new empty directory under the system temp dir, named after `label`.
     pub fn new(label: &str) -> std::io::Result<Self> {
         static SEQ: AtomicU64 = AtomicU64::new(0);
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or(0);
+        let nanos = subsec_nanos();
         let path = std::env::temp_dir().join(format!(
             "fencecheck-{label}-{}-{}-{nanos}",
             std::process::id(),
