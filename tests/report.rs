@@ -266,6 +266,73 @@ fn benchmark_ratios_come_from_criterion_estimates() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Sets when criterion "wrote" a fake result, `ago` before now.
+fn written_ago(dir: &Path, group: &str, function: &str, ago: std::time::Duration) {
+    let file = dir
+        .join(group.replace('/', "_"))
+        .join(function)
+        .join("new/estimates.json");
+    let at = std::time::SystemTime::now() - ago;
+    std::fs::File::options()
+        .write(true)
+        .open(&file)
+        .and_then(|f| f.set_modified(at))
+        .unwrap();
+}
+
+#[test]
+fn a_result_of_another_run_gets_no_ratio_and_is_listed_as_left_out() {
+    use std::time::Duration;
+    let dir = temp_dir("criterion-runs");
+    let group = "redis/acquire_release";
+    fake_criterion(&dir, group, "redis_benchmark_floor", 100.0, 1);
+    fake_criterion(&dir, group, "fenced_acquire_release", 110.0, 1);
+    fake_criterion(&dir, group, "removed_since", 50.0, 1);
+    // The control: a result written a minute before its baseline is the same run.
+    written_ago(
+        &dir,
+        group,
+        "fenced_acquire_release",
+        Duration::from_secs(60),
+    );
+    written_ago(&dir, group, "removed_since", Duration::from_secs(3 * 3600));
+    let results = report::collect_benchmarks(&dir).unwrap();
+    let find = |f: &str| results.iter().find(|r| r.function == f).unwrap();
+    assert!((find("fenced_acquire_release").ratio.unwrap() - 1.1).abs() < 1e-9);
+    assert_eq!(find("fenced_acquire_release").left_out, None);
+    let stale = find("removed_since");
+    assert_eq!(stale.ratio, None);
+    assert_eq!(
+        stale.left_out.as_deref(),
+        Some("written 3.0 h before redis_benchmark_floor: not the same run")
+    );
+    let md = report::bench_markdown(&results, &meta());
+    assert!(md.contains("| fenced_acquire_release | 110.0 ns"), "{md}");
+    assert!(!md.contains("| removed_since"), "{md}");
+    assert!(
+        md.contains("Left out (results of another run):\n- removed_since: written 3.0 h before"),
+        "{md}"
+    );
+    // A baseline rewritten alone (a filtered run) leaves the older rows out, not compared.
+    written_ago(
+        &dir,
+        group,
+        "fenced_acquire_release",
+        Duration::from_secs(20 * 60),
+    );
+    let results = report::collect_benchmarks(&dir).unwrap();
+    let fenced = results
+        .iter()
+        .find(|r| r.function == "fenced_acquire_release")
+        .unwrap();
+    assert_eq!(fenced.ratio, None);
+    assert_eq!(
+        fenced.left_out.as_deref(),
+        Some("written 20 min before redis_benchmark_floor: not the same run")
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 fn page() -> (String, usize) {
     let runs = runs(None);
     let counterexamples = runs
@@ -280,6 +347,8 @@ fn page() -> (String, usize) {
         elements: Some(1),
         baseline: Some("unfenced_write".into()),
         ratio: Some(13.0 / 12.0),
+        written: None,
+        left_out: None,
     }];
     (report::html(&runs, Some(&bench), &meta()), counterexamples)
 }

@@ -30,7 +30,7 @@ edit by hand.
 |---|---|
 | `models.md` | the verdict of every model and property, and each violation's minimal counterexample as a numbered timeline and a Mermaid sequence diagram |
 | `models.json` | the same, machine-readable; schema below |
-| `bench.md` | every benchmark's median, throughput and ratio to its group's baseline, with the machine, `rustc` version and commit it was measured on |
+| `bench.md` | every benchmark's median, throughput and ratio to its group's baseline, with the machine, `rustc` version and commit it was measured on; a result written more than ten minutes apart from its baseline (another run) is listed as left out, without a ratio |
 | `report.html` | one self-contained page: verdicts, each counterexample as an SVG sequence diagram (violating step in red), benchmark ratios as a bar chart |
 | `mutants.md` | the mutation-testing summary: caught / missed / timeout / unviable counts, the score, the misses, and the mutants excluded as equivalent with the reason for each; regenerate with `cargo mutants` then `fencecheck report` |
 
@@ -61,7 +61,17 @@ pub(super) fn run(args: ReportArgs) -> Result<ExitCode, UsageError> {
     };
 
     let bench = match report::collect_benchmarks(&args.criterion) {
-        Ok(results) => Some(results),
+        Ok(results) => {
+            for r in results.iter().filter(|r| r.left_out.is_some()) {
+                eprintln!(
+                    "warning: {}/{} is left out of bench.md: {}",
+                    r.group,
+                    r.function,
+                    r.left_out.as_deref().unwrap_or_default()
+                );
+            }
+            Some(results)
+        }
         Err(e) => {
             eprintln!(
                 "warning: {e}; bench.md is left as it was and report.html has no benchmark chart"

@@ -1,9 +1,19 @@
 //! Criterion's saved estimates (`target/criterion/**/new/estimates.json`) as a table of medians,
 //! throughputs and ratios to each group's baseline.
+//!
+//! A ratio is only meaningful between results of one run: criterion keeps every benchmark's last
+//! result, including those of benchmarks renamed or removed since, and a filtered run rewrites
+//! some results of a group but not others. A result written more than [`SAME_RUN`] apart from its
+//! group's baseline is therefore left out of the table, with the reason beneath it.
 
 use super::Meta;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+/// How far apart two results of one group may have been written and still count as one run. A
+/// group of this project's benchmarks runs in under a minute here; two runs are rarely this close.
+pub const SAME_RUN: Duration = Duration::from_secs(600);
 
 /// One benchmark's result as criterion saved it.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
@@ -20,6 +30,11 @@ pub struct BenchResult {
     pub baseline: Option<String>,
     /// This median divided by the baseline's (time ratio; below 1 is faster).
     pub ratio: Option<f64>,
+    /// When criterion wrote the result (its estimates file's modification time).
+    #[serde(skip)]
+    pub written: Option<SystemTime>,
+    /// Why the result is not compared with the baseline: it was written in another run.
+    pub left_out: Option<String>,
 }
 
 impl BenchResult {
@@ -109,6 +124,9 @@ fn visit(dir: &Path, found: &mut Vec<BenchResult>) -> Result<(), BenchError> {
             let median_ns = e["median"]["point_estimate"]
                 .as_f64()
                 .ok_or_else(|| bad("estimates"))?;
+            let written = std::fs::metadata(&estimates)
+                .and_then(|m| m.modified())
+                .ok();
             found.push(BenchResult {
                 group: group.to_string(),
                 function,
@@ -116,6 +134,8 @@ fn visit(dir: &Path, found: &mut Vec<BenchResult>) -> Result<(), BenchError> {
                 elements: b["throughput"]["Elements"].as_u64(),
                 baseline: None,
                 ratio: None,
+                written,
+                left_out: None,
             });
         } else if path.file_name().is_some_and(|n| n != "report") {
             visit(&path, found)?;
@@ -125,7 +145,8 @@ fn visit(dir: &Path, found: &mut Vec<BenchResult>) -> Result<(), BenchError> {
 }
 
 /// Reads every benchmark under `criterion_dir`, sorted by group and name, with ratios to each
-/// group's baseline.
+/// group's baseline. A result written more than [`SAME_RUN`] apart from its baseline gets no
+/// ratio and says why in [`BenchResult::left_out`].
 pub fn collect_benchmarks(criterion_dir: &Path) -> Result<Vec<BenchResult>, BenchError> {
     let mut found = Vec::new();
     if criterion_dir.is_dir() {
@@ -144,10 +165,37 @@ pub fn collect_benchmarks(criterion_dir: &Path) -> Result<Vec<BenchResult>, Benc
         });
         if let Some(base) = baseline {
             r.baseline = Some(base.function.clone());
-            r.ratio = Some(r.median_ns / base.median_ns);
+            match apart(r.written, base.written) {
+                Some((gap, side)) if gap > SAME_RUN => {
+                    r.left_out = Some(format!(
+                        "written {} {side} {}: not the same run",
+                        fmt_gap(gap),
+                        base.function
+                    ));
+                }
+                _ => r.ratio = Some(r.median_ns / base.median_ns),
+            }
         }
     }
     Ok(found)
+}
+
+/// How far apart two write times are, and on which side of `base` the first lies.
+fn apart(at: Option<SystemTime>, base: Option<SystemTime>) -> Option<(Duration, &'static str)> {
+    let (at, base) = (at?, base?);
+    Some(match base.duration_since(at) {
+        Ok(gap) => (gap, "before"),
+        Err(e) => (e.duration(), "after"),
+    })
+}
+
+fn fmt_gap(gap: Duration) -> String {
+    let minutes = (gap.as_secs() + 30) / 60;
+    if minutes < 120 {
+        format!("{minutes} min")
+    } else {
+        format!("{:.1} h", gap.as_secs_f64() / 3600.0)
+    }
 }
 
 fn fmt_time(ns: f64) -> String {
@@ -182,24 +230,39 @@ pub fn bench_markdown(results: &[BenchResult], meta: &Meta) -> String {
          baseline, measured in the same run (below 1 is faster than the baseline).\n",
         meta.cpu, meta.cores, meta.rustc, meta.version, meta.commit
     ));
-    let mut group = "";
-    for r in results {
-        if r.group != group {
-            group = &r.group;
-            md.push_str(&format!(
-                "\n## {group}\n\n| benchmark | median | throughput | ratio to {} |\n|---|---|---|---|\n",
-                r.baseline.as_deref().unwrap_or("baseline")
-            ));
-        }
+    let mut groups: Vec<&str> = results.iter().map(|r| r.group.as_str()).collect();
+    groups.dedup();
+    for group in groups {
+        let rows = results.iter().filter(|r| r.group == group);
+        let baseline = rows.clone().find_map(|r| r.baseline.as_deref());
         md.push_str(&format!(
-            "| {} | {} | {} | {} |\n",
-            r.function,
-            fmt_time(r.median_ns),
-            r.per_second().map(fmt_rate).unwrap_or_else(|| "-".into()),
-            r.ratio
-                .map(|x| format!("{x:.2} x"))
-                .unwrap_or_else(|| "-".into())
+            "\n## {group}\n\n| benchmark | median | throughput | ratio to {} |\n|---|---|---|---|\n",
+            baseline.unwrap_or("baseline")
         ));
+        for r in rows.clone().filter(|r| r.left_out.is_none()) {
+            md.push_str(&row(r));
+        }
+        let left_out: Vec<_> = rows
+            .filter_map(|r| Some((&r.function, r.left_out.as_ref()?)))
+            .collect();
+        if !left_out.is_empty() {
+            md.push_str("\nLeft out (results of another run):\n");
+            for (function, why) in left_out {
+                md.push_str(&format!("- {function}: {why}\n"));
+            }
+        }
     }
     md
+}
+
+fn row(r: &BenchResult) -> String {
+    format!(
+        "| {} | {} | {} | {} |\n",
+        r.function,
+        fmt_time(r.median_ns),
+        r.per_second().map(fmt_rate).unwrap_or_else(|| "-".into()),
+        r.ratio
+            .map(|x| format!("{x:.2} x"))
+            .unwrap_or_else(|| "-".into())
+    )
 }

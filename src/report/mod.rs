@@ -12,7 +12,7 @@ mod models;
 mod mutants;
 mod text;
 
-pub use bench::{bench_markdown, collect_benchmarks, BenchError, BenchResult};
+pub use bench::{bench_markdown, collect_benchmarks, BenchError, BenchResult, SAME_RUN};
 pub use campaign::{campaign_html, campaign_markdown, trial_svg};
 pub use diagram::{mermaid, sequence_svg};
 pub use html::html;
