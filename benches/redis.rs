@@ -2,7 +2,9 @@
 //! - `redis/acquire_release`: `RedisLock` acquire + release round trips (on its own connection,
 //!   one request at a time) against `redis-benchmark` running the same two scripts on the same
 //!   server in the same run. The floor is written beside criterion's results as
-//!   `redis_benchmark_floor` (median = 1 / pair rate); `redis_crate_same_scripts` runs the two
+//!   `redis_benchmark_floor` (median = 1 / pair rate), measured before the group, and again after
+//!   it as `redis_benchmark_floor_after`: their ratio is how far the machine moved meanwhile.
+//!   `redis_crate_same_scripts` runs the two
 //!   scripts through the `redis` crate with no fencecheck code, once on the crate's multiplexed
 //!   async connection (a driver task between caller and socket: what the lock used before) and
 //!   once on a blocking connection (`redis_crate_sync_`): the least a client of the crate pays
@@ -76,9 +78,9 @@ fn write_floor(group: &str, function: &str, median_ns: f64, source: &str) {
     std::fs::write(dir.join("estimates.json"), estimates.to_string()).unwrap();
 }
 
-fn redis(c: &mut Criterion) {
-    let server = RedisServer::start(false).expect("redis-server starts");
-    let port = server.port();
+/// The `redis-benchmark` floor: the acquire script then the release script, each run alone on
+/// one connection; the time of one pair, in nanoseconds.
+fn redis_benchmark_pair_ns(port: u16, when: &str) -> f64 {
     let acquire = redis_benchmark_rps(
         port,
         &[
@@ -104,20 +106,33 @@ fn redis(c: &mut Criterion) {
     );
     let pair_ns = 1e9 / acquire + 1e9 / release;
     eprintln!(
-        "redis-benchmark floor: acquire script {acquire:.0}/s, release script {release:.0}/s, \
-         pair {:.0}/s",
+        "redis-benchmark floor {when}: acquire script {acquire:.0}/s, release script \
+         {release:.0}/s, pair {:.0}/s",
         1e9 / pair_ns
     );
-    // Criterion saves results only when it measures (`cargo bench`, not `-- --test` or
-    // `cargo test --benches`); the floor is saved the same way, so that it always belongs to the
-    // same run as the results it is the baseline of.
+    pair_ns
+}
+
+/// Whether criterion is measuring (`cargo bench`), not just running each benchmark once
+/// (`-- --test`, `cargo test --benches`). Criterion saves results only when it measures; the
+/// floors are saved the same way, so that they always belong to the run they are compared with.
+fn measuring() -> bool {
     let args: Vec<String> = std::env::args().collect();
-    if args.iter().any(|a| a == "--bench") && !args.iter().any(|a| a == "--test") {
+    args.iter().any(|a| a == "--bench") && !args.iter().any(|a| a == "--test")
+}
+
+const FLOOR_SOURCE: &str = "redis-benchmark -c 1 -P 1, EVAL of the acquire then the release script";
+
+fn redis(c: &mut Criterion) {
+    let server = RedisServer::start(false).expect("redis-server starts");
+    let port = server.port();
+    let before = redis_benchmark_pair_ns(port, "before");
+    if measuring() {
         write_floor(
             "redis/acquire_release",
             "redis_benchmark_floor",
-            pair_ns,
-            "redis-benchmark -c 1 -P 1, EVAL of the acquire then the release script",
+            before,
+            FLOOR_SOURCE,
         );
     }
 
@@ -169,6 +184,17 @@ fn redis(c: &mut Criterion) {
         })
     });
     g.finish();
+    // The floor again once the group is done: its ratio to the first shows how far the machine
+    // itself moved while the group ran, the noise on every other ratio of the group.
+    let after = redis_benchmark_pair_ns(port, "after");
+    if measuring() {
+        write_floor(
+            "redis/acquire_release",
+            "redis_benchmark_floor_after",
+            after,
+            FLOOR_SOURCE,
+        );
+    }
 }
 
 fn postgres(c: &mut Criterion) {
