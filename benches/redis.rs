@@ -56,8 +56,12 @@ fn redis_benchmark_rps(port: u16, args: &[&str]) -> f64 {
     }
 }
 
-/// Writes a result in criterion's layout so `fencecheck report` shows it beside the others.
+/// Writes a result in criterion's layout so `fencecheck report` shows it beside the others; only
+/// when criterion measures, as criterion itself saves results.
 fn write_floor(group: &str, function: &str, median_ns: f64, source: &str) {
+    if !measuring() {
+        return;
+    }
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("target"));
@@ -127,14 +131,12 @@ fn redis(c: &mut Criterion) {
     let server = RedisServer::start(false).expect("redis-server starts");
     let port = server.port();
     let before = redis_benchmark_pair_ns(port, "before");
-    if measuring() {
-        write_floor(
-            "redis/acquire_release",
-            "redis_benchmark_floor",
-            before,
-            FLOOR_SOURCE,
-        );
-    }
+    write_floor(
+        "redis/acquire_release",
+        "redis_benchmark_floor",
+        before,
+        FLOOR_SOURCE,
+    );
 
     let rt = runtime();
     let lock = RedisLock::connect(&server.url(), "bench", Duration::from_secs(30)).unwrap();
@@ -187,14 +189,12 @@ fn redis(c: &mut Criterion) {
     // The floor again once the group is done: its ratio to the first shows how far the machine
     // itself moved while the group ran, the noise on every other ratio of the group.
     let after = redis_benchmark_pair_ns(port, "after");
-    if measuring() {
-        write_floor(
-            "redis/acquire_release",
-            "redis_benchmark_floor_after",
-            after,
-            FLOOR_SOURCE,
-        );
-    }
+    write_floor(
+        "redis/acquire_release",
+        "redis_benchmark_floor_after",
+        after,
+        FLOOR_SOURCE,
+    );
 }
 
 fn postgres(c: &mut Criterion) {

@@ -622,8 +622,7 @@ fn die_with(supervisor: u32) -> std::io::Result<()> {
 /// bytes to a pipe is atomic.
 fn tell_watchdog(fd: std::os::fd::RawFd) -> std::io::Result<()> {
     // SAFETY: getpid is async-signal-safe.
-    let line = decimal_line(unsafe { libc::getpid() } as u64);
-    let (buf, len) = (&line.0, line.1);
+    let (buf, len) = decimal_line(unsafe { libc::getpid() } as u64);
     // SAFETY: write(2) from a stack buffer we own, to a descriptor the supervisor keeps open.
     let n = unsafe { libc::write(fd, buf[buf.len() - len..].as_ptr().cast(), len) };
     if n == len as isize {
