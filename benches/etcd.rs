@@ -5,9 +5,12 @@
 //! reads the lowest key) and our release two (a compare-and-delete transaction, then the lease
 //! revoke); the floor is one each way, with no lease.
 
+mod common;
+
+use common::{acquire_release, paired_ops};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use fencecheck::backend::etcd_rpc::{Compare, Members, RequestOp, TxnRequest};
-use fencecheck::backend::{Acquired, EtcdLock, LockService};
+use fencecheck::backend::EtcdLock;
 use fencecheck_testkit::EtcdCluster;
 use std::time::Duration;
 
@@ -32,30 +35,27 @@ fn bench_cluster(c: &mut Criterion, members: usize) {
     let client = rpc.client(0);
     let mut g = c.benchmark_group(format!("etcd/{members}_members/acquire_release"));
     g.throughput(Throughput::Elements(1));
-    g.bench_function("fenced_acquire_release", |b| {
-        b.iter(|| {
-            rt.block_on(async {
-                let Acquired::Granted(grant) = lock.try_acquire("owner").await.unwrap() else {
-                    panic!("the bench lock is free between iterations");
-                };
-                assert!(lock.release("owner", grant.token).await.unwrap());
-            })
+    let fenced = || acquire_release(&rt, &lock);
+    let floor = || {
+        rt.block_on(async {
+            let txn = TxnRequest {
+                compare: vec![Compare::created_at("floor/k", 0)],
+                success: vec![RequestOp::put("floor/k", "owner", 0)],
+                failure: vec![],
+            };
+            assert!(client.txn(txn).await.unwrap().succeeded);
+            assert_eq!(client.delete("floor/k").await.unwrap(), 1);
         })
-    });
-    g.bench_function("put_if_absent_delete_floor", |b| {
-        b.iter(|| {
-            rt.block_on(async {
-                let txn = TxnRequest {
-                    compare: vec![Compare::created_at("floor/k", 0)],
-                    success: vec![RequestOp::put("floor/k", "owner", 0)],
-                    failure: vec![],
-                };
-                assert!(client.txn(txn).await.unwrap().succeeded);
-                assert_eq!(client.delete("floor/k").await.unwrap(), 1);
-            })
-        })
-    });
+    };
+    g.bench_function("fenced_acquire_release", |b| b.iter(fenced));
+    g.bench_function("put_if_absent_delete_floor", |b| b.iter(floor));
     g.finish();
+    paired_ops(
+        &format!("etcd/{members}_members/acquire_release/paired"),
+        ("put_if_absent_delete_floor", floor),
+        ("fenced_acquire_release", fenced),
+        "a raw put-if-absent transaction plus a delete on the same cluster",
+    );
 }
 
 fn one_member(c: &mut Criterion) {

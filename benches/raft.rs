@@ -7,9 +7,12 @@
 //! release is two round trips and two commits; its floor here is two plain writes. A fenced
 //! write and a plain write are one each: the fence costs only the state machine's comparison.
 
+mod common;
+
+use common::{acquire_release, paired_ops};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use fencecheck::backend::raft::{RaftFencedStore, RaftLock, RaftOptions};
-use fencecheck::backend::{Acquired, FencedStorage, LockService};
+use fencecheck::backend::{FencedStorage, LockService};
 use fencecheck::protocol::{FencePolicy, Token};
 use fencecheck_testkit::RaftCluster;
 use std::time::Duration;
@@ -26,53 +29,54 @@ fn three_nodes(c: &mut Criterion) {
     let fenced = RaftFencedStore::connect(&nodes, "fenced", FencePolicy::Fenced, options).unwrap();
     let plain = RaftFencedStore::connect(&nodes, "plain", FencePolicy::AcceptAll, options).unwrap();
 
+    let acquire_release = || acquire_release(&rt, &lock);
+    let two_plain_writes = || {
+        rt.block_on(async {
+            for _ in 0..2 {
+                let done = plain.write("floor", Token::new(1), b"v").await.unwrap();
+                assert!(done.is_accepted());
+            }
+        })
+    };
     let mut g = c.benchmark_group("raft/3_nodes/acquire_release");
     g.throughput(Throughput::Elements(1));
-    g.bench_function("fenced_acquire_release", |b| {
-        b.iter(|| {
-            rt.block_on(async {
-                let Acquired::Granted(grant) = lock.try_acquire("owner").await.unwrap() else {
-                    panic!("the bench lock is free between iterations");
-                };
-                assert!(lock.release("owner", grant.token).await.unwrap());
-            })
-        })
-    });
-    g.bench_function("two_plain_writes_floor", |b| {
-        b.iter(|| {
-            rt.block_on(async {
-                for _ in 0..2 {
-                    let done = plain.write("floor", Token::new(1), b"v").await.unwrap();
-                    assert!(done.is_accepted());
-                }
-            })
-        })
-    });
+    g.bench_function("fenced_acquire_release", |b| b.iter(acquire_release));
+    g.bench_function("two_plain_writes_floor", |b| b.iter(two_plain_writes));
     g.finish();
+    paired_ops(
+        "raft/3_nodes/acquire_release/paired",
+        ("two_plain_writes_floor", two_plain_writes),
+        ("fenced_acquire_release", acquire_release),
+        "two plain writes to the same Raft group",
+    );
 
-    let mut g = c.benchmark_group("raft/3_nodes/write");
-    g.throughput(Throughput::Elements(1));
     let grant = rt
         .block_on(lock.acquire("writer", Duration::from_secs(5)))
         .unwrap()
         .expect("the bench lock is free");
-    g.bench_function("fenced_write", |b| {
-        b.iter(|| {
-            rt.block_on(async {
-                let done = fenced.write("k", grant.token, b"v").await.unwrap();
-                assert!(done.is_accepted());
-            })
+    let fenced_write = || {
+        rt.block_on(async {
+            let done = fenced.write("k", grant.token, b"v").await.unwrap();
+            assert!(done.is_accepted());
         })
-    });
-    g.bench_function("plain_write_floor", |b| {
-        b.iter(|| {
-            rt.block_on(async {
-                let done = plain.write("k", grant.token, b"v").await.unwrap();
-                assert!(done.is_accepted());
-            })
+    };
+    let plain_write = || {
+        rt.block_on(async {
+            let done = plain.write("k", grant.token, b"v").await.unwrap();
+            assert!(done.is_accepted());
         })
-    });
+    };
+    let mut g = c.benchmark_group("raft/3_nodes/write");
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("fenced_write", |b| b.iter(fenced_write));
+    g.bench_function("plain_write_floor", |b| b.iter(plain_write));
     g.finish();
+    paired_ops(
+        "raft/3_nodes/write/paired",
+        ("plain_write_floor", plain_write),
+        ("fenced_write", fenced_write),
+        "a plain write to the same Raft group",
+    );
 }
 
 criterion_group! {

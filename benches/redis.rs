@@ -11,12 +11,14 @@
 //!   per round trip.
 //! - `postgres/write`: `PgFencedStore::write` against a plain upsert of the same row.
 
+mod common;
+
+use common::{acquire_release, paired, paired_ops, time_n, write_result, Side};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use fencecheck::backend::redis_scripts::{ACQUIRE, RELEASE};
-use fencecheck::backend::{Acquired, FencedStorage, LockService, PgFencedStore, RedisLock};
+use fencecheck::backend::{FencedStorage, PgFencedStore, RedisLock};
 use fencecheck::protocol::Token;
 use fencecheck_testkit::{PgServer, RedisServer};
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
@@ -28,7 +30,7 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 /// Requests per second `redis-benchmark` reached for one command on one connection.
-fn redis_benchmark_rps(port: u16, args: &[&str]) -> f64 {
+fn redis_benchmark_rps(port: u16, requests: u64, args: &[&str]) -> f64 {
     let out = Command::new("redis-benchmark")
         .args([
             "-h",
@@ -40,7 +42,7 @@ fn redis_benchmark_rps(port: u16, args: &[&str]) -> f64 {
             "-P",
             "1",
         ])
-        .args(["-n", "30000", "-r", "1000000", "--csv"])
+        .args(["-n", &requests.to_string(), "-r", "1000000", "--csv"])
         .args(args)
         .output()
         .expect("redis-benchmark runs (Debian: redis-tools)");
@@ -56,37 +58,12 @@ fn redis_benchmark_rps(port: u16, args: &[&str]) -> f64 {
     }
 }
 
-/// Writes a result in criterion's layout so `fencecheck report` shows it beside the others; only
-/// when criterion measures, as criterion itself saves results.
-fn write_floor(group: &str, function: &str, median_ns: f64, source: &str) {
-    if !measuring() {
-        return;
-    }
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("target"));
-    let dir = target
-        .join("criterion")
-        .join(group.replace('/', "_"))
-        .join(function)
-        .join("new");
-    std::fs::create_dir_all(&dir).unwrap();
-    let bench = serde_json::json!({
-        "group_id": group, "function_id": function, "value_str": null,
-        "throughput": {"Elements": 1}, "full_id": format!("{group}/{function}"),
-        "directory_name": format!("{}/{function}", group.replace('/', "_")),
-        "title": format!("{group}/{function}"), "source": source,
-    });
-    let estimates = serde_json::json!({"median": {"point_estimate": median_ns}});
-    std::fs::write(dir.join("benchmark.json"), bench.to_string()).unwrap();
-    std::fs::write(dir.join("estimates.json"), estimates.to_string()).unwrap();
-}
-
 /// The `redis-benchmark` floor: the acquire script then the release script, each run alone on
 /// one connection; the time of one pair, in nanoseconds.
-fn redis_benchmark_pair_ns(port: u16, when: &str) -> f64 {
+fn redis_benchmark_pair_ns(port: u16, requests: u64) -> f64 {
     let acquire = redis_benchmark_rps(
         port,
+        requests,
         &[
             "EVAL",
             ACQUIRE,
@@ -100,6 +77,7 @@ fn redis_benchmark_pair_ns(port: u16, when: &str) -> f64 {
     );
     let release = redis_benchmark_rps(
         port,
+        requests,
         &[
             "EVAL",
             RELEASE,
@@ -108,21 +86,18 @@ fn redis_benchmark_pair_ns(port: u16, when: &str) -> f64 {
             "1:owner",
         ],
     );
-    let pair_ns = 1e9 / acquire + 1e9 / release;
+    1e9 / acquire + 1e9 / release
+}
+
+/// The floor as a criterion group measures it: 30000 of each script.
+fn redis_benchmark_floor(port: u16, when: &str) -> f64 {
+    let pair_ns = redis_benchmark_pair_ns(port, 30_000);
     eprintln!(
-        "redis-benchmark floor {when}: acquire script {acquire:.0}/s, release script \
-         {release:.0}/s, pair {:.0}/s",
+        "redis-benchmark floor {when}: a pair of scripts in {:.1} µs ({:.0} pairs/s)",
+        pair_ns / 1e3,
         1e9 / pair_ns
     );
     pair_ns
-}
-
-/// Whether criterion is measuring (`cargo bench`), not just running each benchmark once
-/// (`-- --test`, `cargo test --benches`). Criterion saves results only when it measures; the
-/// floors are saved the same way, so that they always belong to the run they are compared with.
-fn measuring() -> bool {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter().any(|a| a == "--bench") && !args.iter().any(|a| a == "--test")
 }
 
 const FLOOR_SOURCE: &str = "redis-benchmark -c 1 -P 1, EVAL of the acquire then the release script";
@@ -130,8 +105,8 @@ const FLOOR_SOURCE: &str = "redis-benchmark -c 1 -P 1, EVAL of the acquire then 
 fn redis(c: &mut Criterion) {
     let server = RedisServer::start(false).expect("redis-server starts");
     let port = server.port();
-    let before = redis_benchmark_pair_ns(port, "before");
-    write_floor(
+    let before = redis_benchmark_floor(port, "before");
+    write_result(
         "redis/acquire_release",
         "redis_benchmark_floor",
         before,
@@ -143,14 +118,7 @@ fn redis(c: &mut Criterion) {
     let mut g = c.benchmark_group("redis/acquire_release");
     g.throughput(Throughput::Elements(1));
     g.bench_function("fenced_acquire_release", |b| {
-        b.iter(|| {
-            rt.block_on(async {
-                let Acquired::Granted(grant) = lock.try_acquire("owner").await.unwrap() else {
-                    panic!("the bench lock is free between iterations");
-                };
-                assert!(lock.release("owner", grant.token).await.unwrap());
-            })
-        })
+        b.iter(|| acquire_release(&rt, &lock))
     });
     // The same two scripts through the redis crate directly, without fencecheck's wrapper: what
     // the client library itself costs over redis-benchmark.
@@ -188,11 +156,29 @@ fn redis(c: &mut Criterion) {
     g.finish();
     // The floor again once the group is done: its ratio to the first shows how far the machine
     // itself moved while the group ran, the noise on every other ratio of the group.
-    let after = redis_benchmark_pair_ns(port, "after");
-    write_floor(
+    let after = redis_benchmark_floor(port, "after");
+    write_result(
         "redis/acquire_release",
         "redis_benchmark_floor_after",
         after,
+        FLOOR_SOURCE,
+    );
+
+    // The lock and the floor again, in alternating rounds: the comparison that does not move
+    // with the machine.
+    let mut floor =
+        |n: u64| Duration::from_nanos((redis_benchmark_pair_ns(port, n) * n as f64) as u64);
+    let mut ours = |n: u64| time_n(n, || acquire_release(&rt, &lock));
+    paired(
+        "redis/acquire_release/paired",
+        Side {
+            name: "redis_benchmark_floor",
+            run: &mut floor,
+        },
+        Side {
+            name: "fenced_acquire_release",
+            run: &mut ours,
+        },
         FLOOR_SOURCE,
     );
 }
@@ -228,29 +214,30 @@ fn postgres(c: &mut Criterion) {
     });
     let mut g = c.benchmark_group("postgres/write");
     g.throughput(Throughput::Elements(1));
-    let mut token = 0u64;
-    g.bench_function("fenced_write", |b| {
-        b.iter(|| {
-            token += 1;
-            let t = Token::new(token);
-            rt.block_on(async {
-                assert!(store.write("k", t, b"value").await.unwrap().is_accepted())
-            })
-        })
-    });
-    let mut n = 0i64;
-    g.bench_function("plain_upsert", |b| {
-        b.iter(|| {
-            n += 1;
-            rt.block_on(async {
-                client
-                    .execute(&plain, &[&"k", &n, &&b"value"[..]])
-                    .await
-                    .unwrap()
-            })
-        })
-    });
+    let (token, n) = (std::cell::Cell::new(0u64), std::cell::Cell::new(0i64));
+    let fenced_write = || {
+        token.set(token.get() + 1);
+        let t = Token::new(token.get());
+        rt.block_on(async { assert!(store.write("k", t, b"value").await.unwrap().is_accepted()) })
+    };
+    let plain_upsert = || {
+        n.set(n.get() + 1);
+        rt.block_on(async {
+            client
+                .execute(&plain, &[&"k", &n.get(), &&b"value"[..]])
+                .await
+                .unwrap()
+        });
+    };
+    g.bench_function("fenced_write", |b| b.iter(fenced_write));
+    g.bench_function("plain_upsert", |b| b.iter(plain_upsert));
     g.finish();
+    paired_ops(
+        "postgres/write/paired",
+        ("plain_upsert", plain_upsert),
+        ("fenced_write", fenced_write),
+        "a plain upsert of the same row",
+    );
 }
 
 criterion_group! {

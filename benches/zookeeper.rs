@@ -6,8 +6,11 @@
 //! (one round trip; ZooKeeper answers a session's requests in order), our release is one delete;
 //! the floor is the create and the delete alone.
 
+mod common;
+
+use common::{acquire_release, paired_ops};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use fencecheck::backend::{Acquired, LockService, ZkLock};
+use fencecheck::backend::ZkLock;
 use fencecheck_testkit::ZkCluster;
 use std::time::Duration;
 use zookeeper_client::{Acls, Client, CreateMode};
@@ -32,40 +35,30 @@ fn bench_ensemble(c: &mut Criterion, servers: usize) {
     let persistent = CreateMode::Persistent.with_acls(Acls::anyone_all());
     rt.block_on(client.mkdir("/floor", &persistent)).unwrap();
     let ephemeral = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
-    // The servers are JVMs: run the operations measured below for a few seconds first, so
-    // whichever is measured first does not pay for the JIT warming up.
-    rt.block_on(async {
-        let until = std::time::Instant::now() + Duration::from_secs(4);
-        while std::time::Instant::now() < until {
-            let Acquired::Granted(grant) = lock.try_acquire("owner").await.unwrap() else {
-                panic!("the bench lock is free");
-            };
-            lock.release("owner", grant.token).await.unwrap();
-            let (_, n) = client
+    let floor = || {
+        rt.block_on(async {
+            let (_, sequence) = client
                 .create("/floor/lock-", b"owner", &ephemeral)
                 .await
                 .unwrap();
             client
-                .delete(&format!("/floor/lock-{n}"), None)
+                .delete(&format!("/floor/lock-{sequence}"), None)
                 .await
                 .unwrap();
-        }
-    });
+        })
+    };
+    let fenced = || acquire_release(&rt, &lock);
+    // The servers are JVMs: run the operations measured below for a few seconds first, so
+    // whichever is measured first does not pay for the JIT warming up.
+    let until = std::time::Instant::now() + Duration::from_secs(4);
+    while std::time::Instant::now() < until {
+        fenced();
+        floor();
+    }
     let mut g = c.benchmark_group(format!("zookeeper/{servers}_servers/acquire_release"));
     g.throughput(Throughput::Elements(1));
     g.bench_function("create_ephemeral_sequential_delete_floor", |b| {
-        b.iter(|| {
-            rt.block_on(async {
-                let (_, sequence) = client
-                    .create("/floor/lock-", b"owner", &ephemeral)
-                    .await
-                    .unwrap();
-                client
-                    .delete(&format!("/floor/lock-{sequence}"), None)
-                    .await
-                    .unwrap();
-            })
-        })
+        b.iter(floor)
     });
     g.bench_function("create_list_delete_floor", |b| {
         b.iter(|| {
@@ -82,17 +75,14 @@ fn bench_ensemble(c: &mut Criterion, servers: usize) {
             })
         })
     });
-    g.bench_function("fenced_acquire_release", |b| {
-        b.iter(|| {
-            rt.block_on(async {
-                let Acquired::Granted(grant) = lock.try_acquire("owner").await.unwrap() else {
-                    panic!("the bench lock is free between iterations");
-                };
-                assert!(lock.release("owner", grant.token).await.unwrap());
-            })
-        })
-    });
+    g.bench_function("fenced_acquire_release", |b| b.iter(fenced));
     g.finish();
+    paired_ops(
+        &format!("zookeeper/{servers}_servers/acquire_release/paired"),
+        ("create_ephemeral_sequential_delete_floor", floor),
+        ("fenced_acquire_release", fenced),
+        "a raw create-ephemeral-sequential plus a delete on the same server",
+    );
 }
 
 fn one_server(c: &mut Criterion) {

@@ -333,6 +333,84 @@ fn a_result_of_another_run_gets_no_ratio_and_is_listed_as_left_out() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// P(Binomial(n, 1/2) < k), exactly, in integers.
+fn below_exact(n: u32, k: u32) -> f64 {
+    let mut choose = 1u128;
+    let mut sum = 0u128;
+    for j in 0..k.min(n + 1) {
+        sum += choose;
+        choose = choose * u128::from(n - j) / u128::from(j + 1);
+    }
+    sum as f64 / 2f64.powi(n as i32)
+}
+
+#[test]
+fn the_median_interval_is_the_widest_order_statistic_pair_with_95_percent() {
+    let xs: Vec<f64> = (1..=21).map(f64::from).collect();
+    // n = 21: P(B < 6) = 1.33 %, P(B < 7) = 3.92 %: the 6th smallest and the 6th largest.
+    assert_eq!(report::median_interval(&xs), Some((6.0, 16.0)));
+    assert_eq!(report::median(&xs), Some(11.0));
+    assert_eq!(report::median(&[4.0, 1.0, 3.0, 2.0]), Some(2.5));
+    assert_eq!(report::median(&[]), None);
+    // Unsorted input gives the same interval.
+    let mut shuffled = xs.clone();
+    shuffled.reverse();
+    shuffled.swap(0, 7);
+    assert_eq!(report::median_interval(&shuffled), Some((6.0, 16.0)));
+    // Five values cannot give 95 %: even (min, max) covers only 93.75 %.
+    assert_eq!(report::median_interval(&[1.0, 2.0, 3.0, 4.0, 5.0]), None);
+    let six: Vec<f64> = (1..=6).map(f64::from).collect();
+    assert_eq!(report::median_interval(&six), Some((1.0, 6.0)));
+    // Against the exact binomial for every size up to 100: k is the largest with P(B < k) <= 2.5 %.
+    for n in 6..=100u32 {
+        let xs: Vec<f64> = (1..=n).map(f64::from).collect();
+        let (low, _) = report::median_interval(&xs).unwrap();
+        let k = low as u32;
+        assert!(below_exact(n, k) <= 0.025, "n {n}: k {k} covers too little");
+        assert!(
+            below_exact(n, k + 1) > 0.025,
+            "n {n}: k {k} is not the largest"
+        );
+    }
+}
+
+#[test]
+fn a_paired_result_shows_its_per_round_ratio_and_interval() {
+    let dir = temp_dir("criterion-paired");
+    let group = "redis/acquire_release/paired";
+    fake_criterion(&dir, group, "redis_benchmark_floor", 100.0, 1);
+    fake_criterion(&dir, group, "fenced_acquire_release", 104.0, 1);
+    // The control: without a paired section a result shows no round line.
+    let results = report::collect_benchmarks(&dir).unwrap();
+    assert!(results.iter().all(|r| r.paired.is_none()));
+    let md = report::bench_markdown(&results, &meta());
+    assert!(!md.contains("alternating"), "{md}");
+    let estimates =
+        dir.join("redis_acquire_release_paired/fenced_acquire_release/new/estimates.json");
+    std::fs::write(
+        &estimates,
+        r#"{"median": {"point_estimate": 104.0}, "paired": {"over": "redis_benchmark_floor",
+           "blocks": 12, "ratio": 1.031, "low": 0.987, "high": 1.072}}"#,
+    )
+    .unwrap();
+    let results = report::collect_benchmarks(&dir).unwrap();
+    let fenced = results
+        .iter()
+        .find(|r| r.function == "fenced_acquire_release")
+        .unwrap();
+    assert_eq!(fenced.paired.as_ref().map(|p| p.blocks), Some(12));
+    let md = report::bench_markdown(&results, &meta());
+    assert!(
+        md.contains(
+            "In 12 blocks of rounds alternating with redis_benchmark_floor (it first, then \
+             fenced_acquire_release first), fenced_acquire_release took a median 1.03 x of it \
+             per block (95 % interval 0.99-1.07 x)."
+        ),
+        "{md}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 fn page() -> (String, usize) {
     let runs = runs(None);
     let counterexamples = runs
@@ -349,6 +427,7 @@ fn page() -> (String, usize) {
         ratio: Some(13.0 / 12.0),
         written: None,
         left_out: None,
+        paired: None,
     }];
     (report::html(&runs, Some(&bench), &meta()), counterexamples)
 }

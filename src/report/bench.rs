@@ -35,6 +35,62 @@ pub struct BenchResult {
     pub written: Option<SystemTime>,
     /// Why the result is not compared with the baseline: it was written in another run.
     pub left_out: Option<String>,
+    /// When the result was measured in rounds alternating with a floor: the ratio per block.
+    pub paired: Option<Paired>,
+}
+
+/// A result measured in rounds alternating with its floor, so that a machine whose speed moves
+/// during the run moves both alike: the median of the per-block time ratios and a 95 % interval
+/// for it.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Paired {
+    /// The floor it alternated with.
+    pub over: String,
+    /// How many blocks: each is two rounds, floor then this, then this then floor.
+    pub blocks: u64,
+    /// The median of the block ratios (this ÷ floor, time; a block's ratio is the geometric
+    /// mean of its two rounds').
+    pub ratio: f64,
+    /// The interval's lower end.
+    pub low: f64,
+    /// The interval's upper end.
+    pub high: f64,
+}
+
+/// The median of `xs`; `None` when empty.
+pub fn median(xs: &[f64]) -> Option<f64> {
+    let mut xs = xs.to_vec();
+    xs.sort_by(f64::total_cmp);
+    let mid = xs.len() / 2;
+    match xs.len() {
+        0 => None,
+        n if n % 2 == 1 => Some(xs[mid]),
+        _ => Some((xs[mid - 1] + xs[mid]) / 2.0),
+    }
+}
+
+/// A distribution-free interval of at least 95 % for the median of `xs`: the `k`-th smallest and
+/// the `k`-th largest value, for the largest `k` with P(Binomial(n, 1/2) < k) <= 2.5 %. `None`
+/// for fewer than 6 values, which cannot give 95 %.
+pub fn median_interval(xs: &[f64]) -> Option<(f64, f64)> {
+    let mut xs = xs.to_vec();
+    xs.sort_by(f64::total_cmp);
+    let n = xs.len();
+    let k = (1..=n)
+        .take_while(|&k| binomial_half_below(n, k) <= 0.025)
+        .last()?;
+    Some((xs[k - 1], xs[n - k]))
+}
+
+/// P(Binomial(n, 1/2) < k), for `k <= n`.
+fn binomial_half_below(n: usize, k: usize) -> f64 {
+    let mut term = 0.5f64.powi(i32::try_from(n).unwrap_or(i32::MAX));
+    let mut sum = 0.0;
+    for j in 0..k {
+        sum += term;
+        term *= (n - j) as f64 / (j + 1) as f64;
+    }
+    sum
 }
 
 impl BenchResult {
@@ -136,6 +192,7 @@ fn visit(dir: &Path, found: &mut Vec<BenchResult>) -> Result<(), BenchError> {
                 ratio: None,
                 written,
                 left_out: None,
+                paired: serde_json::from_value(e["paired"].clone()).ok(),
             });
         } else if path.file_name().is_some_and(|n| n != "report") {
             visit(&path, found)?;
@@ -241,6 +298,15 @@ pub fn bench_markdown(results: &[BenchResult], meta: &Meta) -> String {
         ));
         for r in rows.clone().filter(|r| r.left_out.is_none()) {
             md.push_str(&row(r));
+        }
+        for r in rows.clone().filter(|r| r.left_out.is_none()) {
+            if let Some(p) = &r.paired {
+                md.push_str(&format!(
+                    "\nIn {} blocks of rounds alternating with {} (it first, then {} first), {} \
+                     took a median {:.2} x of it per block (95 % interval {:.2}-{:.2} x).\n",
+                    p.blocks, p.over, r.function, r.function, p.ratio, p.low, p.high
+                ));
+            }
         }
         let left_out: Vec<_> = rows
             .filter_map(|r| Some((&r.function, r.left_out.as_ref()?)))

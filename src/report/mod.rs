@@ -12,7 +12,10 @@ mod models;
 mod mutants;
 mod text;
 
-pub use bench::{bench_markdown, collect_benchmarks, BenchError, BenchResult, SAME_RUN};
+pub use bench::{
+    bench_markdown, collect_benchmarks, median, median_interval, BenchError, BenchResult, Paired,
+    SAME_RUN,
+};
 pub use campaign::{campaign_html, campaign_markdown, trial_svg};
 pub use diagram::{mermaid, sequence_svg};
 pub use html::html;
