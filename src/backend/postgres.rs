@@ -18,11 +18,10 @@ const BACKEND: &str = "postgres";
 /// INSERT INTO t AS s (key, token, value) VALUES ($1, $2, $3)
 /// ON CONFLICT (key) DO UPDATE SET token = EXCLUDED.token, value = EXCLUDED.value
 /// WHERE s.token <= EXCLUDED.token
-/// RETURNING token
 /// ```
 ///
-/// No row returned means the stored token was newer: the write is refused and the stored token
-/// is read back as the highest.
+/// No row written (the statement's row count is 0) means the stored token was newer: the write
+/// is refused and the stored token is read back as the highest.
 pub struct PgFencedStore {
     client: Client,
     table: String,
@@ -161,7 +160,7 @@ impl PgFencedStore {
             timeout,
             client.prepare(&format!(
                 "INSERT INTO {table} AS s (key, token, value) VALUES ($1, $2, $3) \
-                 ON CONFLICT (key) {on_conflict} RETURNING token"
+                 ON CONFLICT (key) {on_conflict}"
             )),
         )
         .await?;
@@ -265,13 +264,15 @@ impl FencedStorage for PgFencedStore {
     ) -> Result<WriteOutcome, BackendError> {
         validate_name("key", key)?;
         let t = sql_token(token)?;
-        let rows = bounded(
+        // The row count is 1 when the row was inserted or updated, 0 when the update's fencing
+        // condition was false: no RETURNING row is needed to tell which.
+        let written = bounded(
             "fenced write",
             self.timeout,
-            self.client.query(&self.write, &[&key, &t, &value]),
+            self.client.execute(&self.write, &[&key, &t, &value]),
         )
         .await?;
-        if !rows.is_empty() {
+        if written > 0 {
             return Ok(WriteOutcome::Accepted);
         }
         // Refused: the row's token is newer. It can only have grown since, so it is a true
