@@ -47,6 +47,21 @@ fn bench_ensemble(c: &mut Criterion, servers: usize) {
                 .unwrap();
         })
     };
+    // The recipe's own floor: the create with the list of contenders pipelined behind it (how the
+    // lock learns its place in the queue), then the delete.
+    let recipe_floor = || {
+        rt.block_on(async {
+            let create = client.create("/floor/lock-", b"owner", &ephemeral);
+            let list = client.list_children("/floor");
+            let (created, listed) = tokio::join!(create, list);
+            let (_, sequence) = created.unwrap();
+            assert!(!listed.unwrap().is_empty());
+            client
+                .delete(&format!("/floor/lock-{sequence}"), None)
+                .await
+                .unwrap();
+        })
+    };
     let fenced = || acquire_release(&rt, &lock);
     // The servers are JVMs: run the operations measured below for a few seconds first, so
     // whichever is measured first does not pay for the JIT warming up.
@@ -60,21 +75,7 @@ fn bench_ensemble(c: &mut Criterion, servers: usize) {
     g.bench_function("create_ephemeral_sequential_delete_floor", |b| {
         b.iter(floor)
     });
-    g.bench_function("create_list_delete_floor", |b| {
-        b.iter(|| {
-            rt.block_on(async {
-                let create = client.create("/floor/lock-", b"owner", &ephemeral);
-                let list = client.list_children("/floor");
-                let (created, listed) = tokio::join!(create, list);
-                let (_, sequence) = created.unwrap();
-                assert!(!listed.unwrap().is_empty());
-                client
-                    .delete(&format!("/floor/lock-{sequence}"), None)
-                    .await
-                    .unwrap();
-            })
-        })
-    });
+    g.bench_function("create_list_delete_floor", |b| b.iter(recipe_floor));
     g.bench_function("fenced_acquire_release", |b| b.iter(fenced));
     g.finish();
     paired_ops(
@@ -82,6 +83,13 @@ fn bench_ensemble(c: &mut Criterion, servers: usize) {
         ("create_ephemeral_sequential_delete_floor", floor),
         ("fenced_acquire_release", fenced),
         "a raw create-ephemeral-sequential plus a delete on the same server",
+    );
+    // Against the recipe's floor: what the lock costs beyond the operations the recipe needs.
+    paired_ops(
+        &format!("zookeeper/{servers}_servers/acquire_release/paired_over_recipe"),
+        ("create_list_delete_floor", recipe_floor),
+        ("fenced_acquire_release", fenced),
+        "a raw create-ephemeral-sequential with the list of children pipelined, then a delete",
     );
 }
 

@@ -134,6 +134,7 @@ const BASELINES: &[&str] = &[
     "plain_upsert",
     "put_if_absent_delete_floor",
     "create_ephemeral_sequential_delete_floor",
+    "create_list_delete_floor",
     "two_plain_writes_floor",
     "plain_write_floor",
     "baseline_replay_100k",
