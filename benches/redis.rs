@@ -9,7 +9,10 @@
 //!   async connection (a driver task between caller and socket: what the lock used before) and
 //!   once on a blocking connection (`redis_crate_sync_`): the least a client of the crate pays
 //!   per round trip.
-//! - `postgres/write`: `PgFencedStore::write` against a plain upsert of the same row.
+//! - `redis/acquire_release/paired`: the lock and the `redis-benchmark` floor again, in
+//!   alternating rounds (`common::paired`).
+//! - `postgres/write`: `PgFencedStore::write` against a plain upsert of the same row, and the two
+//!   alternated in `postgres/write/paired`.
 
 mod common;
 

@@ -69,6 +69,7 @@ fn bench_ensemble(c: &mut Criterion, servers: usize) {
     while std::time::Instant::now() < until {
         fenced();
         floor();
+        recipe_floor();
     }
     let mut g = c.benchmark_group(format!("zookeeper/{servers}_servers/acquire_release"));
     g.throughput(Throughput::Elements(1));

@@ -375,12 +375,12 @@ fn the_median_interval_is_the_widest_order_statistic_pair_with_95_percent() {
 }
 
 #[test]
-fn a_paired_result_shows_its_per_round_ratio_and_interval() {
+fn a_paired_result_shows_its_block_ratio_and_interval() {
     let dir = temp_dir("criterion-paired");
     let group = "redis/acquire_release/paired";
     fake_criterion(&dir, group, "redis_benchmark_floor", 100.0, 1);
     fake_criterion(&dir, group, "fenced_acquire_release", 104.0, 1);
-    // The control: without a paired section a result shows no round line.
+    // The control: without a paired section a result shows no paired line.
     let results = report::collect_benchmarks(&dir).unwrap();
     assert!(results.iter().all(|r| r.paired.is_none()));
     let md = report::bench_markdown(&results, &meta());
@@ -408,6 +408,16 @@ fn a_paired_result_shows_its_per_round_ratio_and_interval() {
         ),
         "{md}"
     );
+    // A paired section that is not the one written is an error, not silently dropped.
+    std::fs::write(
+        &estimates,
+        r#"{"median": {"point_estimate": 104.0}, "paired": {"over": "redis_benchmark_floor"}}"#,
+    )
+    .unwrap();
+    assert!(matches!(
+        report::collect_benchmarks(&dir),
+        Err(report::BenchError::Format { .. })
+    ));
     let _ = std::fs::remove_dir_all(&dir);
 }
 

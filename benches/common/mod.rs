@@ -1,4 +1,5 @@
-//! What the benchmark suites share: a short criterion configuration and a contended runner.
+//! What the benchmark suites share: a short criterion configuration, a contended runner, results
+//! written in criterion's layout, and the paired measurement of an operation against its floor.
 
 use criterion::Criterion;
 use fencecheck::report::{median, median_interval};
@@ -172,8 +173,8 @@ pub fn paired(group: &str, floor: Side<'_>, ours: Side<'_>, source: &str) {
         blocks.push((o1 / f1 * (o2 / f2)).sqrt());
     }
     let listed: Vec<String> = blocks.iter().map(|r| format!("{r:.2}")).collect();
-    let median = |xs: &[f64]| median(xs).expect("rounds were run");
-    let ratio = median(&blocks);
+    let mid = |xs: &[f64]| median(xs).expect("rounds were run");
+    let ratio = mid(&blocks);
     let (low, high) = median_interval(&blocks).expect("enough blocks for an interval");
     eprintln!(
         "{group}: {} ÷ {} per block ({PAIRED_BLOCKS} blocks, {n} per side and round): {}; \
@@ -183,9 +184,9 @@ pub fn paired(group: &str, floor: Side<'_>, ours: Side<'_>, source: &str) {
         listed.join(" ")
     );
     let source = format!("{source}; {PAIRED_BLOCKS} blocks of alternating rounds of {n}");
-    write_result(group, floor.name, median(&floors), &source);
+    write_result(group, floor.name, mid(&floors), &source);
     let estimates = serde_json::json!({
-        "median": {"point_estimate": median(&ourss)},
+        "median": {"point_estimate": mid(&ourss)},
         "paired": {"over": floor.name, "blocks": PAIRED_BLOCKS, "ratio": ratio,
                    "low": low, "high": high},
     });

@@ -193,7 +193,10 @@ fn visit(dir: &Path, found: &mut Vec<BenchResult>) -> Result<(), BenchError> {
                 ratio: None,
                 written,
                 left_out: None,
-                paired: serde_json::from_value(e["paired"].clone()).ok(),
+                paired: match &e["paired"] {
+                    Value::Null => None,
+                    p => Some(serde_json::from_value(p.clone()).map_err(|_| bad("estimates"))?),
+                },
             });
         } else if path.file_name().is_some_and(|n| n != "report") {
             visit(&path, found)?;
