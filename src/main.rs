@@ -13,13 +13,19 @@ fn main() -> ExitCode {
 
 #[cfg(not(loom))]
 fn main() -> ExitCode {
-    // Like other command-line tools, stop quietly when the reader goes away (`fencecheck list |
-    // head`) instead of panicking on a broken pipe. Not for the commands that talk to servers: a
-    // server closing its socket must be an error they report, not a signal that kills them (and,
-    // for `run`, the supervisor of a running job). Their children get the default back from std.
-    let talks_to_servers = matches!(std::env::args().nth(1).as_deref(), Some("run" | "demo"));
+    // Like other command-line tools, the commands that only print stop quietly when the reader
+    // goes away (`fencecheck list | head`) instead of panicking on a broken pipe. Every other
+    // command talks to servers or serves (`run`, `demo`, `torture` and its workers, `raft-node`,
+    // `explore`): a peer closing its socket must be an error they report, not a signal that kills
+    // them mid-trial (or, for `run`, the supervisor of a running job), so they keep std's default
+    // of ignoring SIGPIPE. A new command ignores it too until it is named here.
+    let prints_only = matches!(
+        std::env::args().nth(1).as_deref(),
+        None | Some("check" | "list" | "validate" | "report" | "help" | "--help" | "-h")
+            | Some("--version" | "-V")
+    );
     #[cfg(unix)]
-    if !talks_to_servers {
+    if prints_only {
         // SAFETY: called first in main, before any thread exists; restores the default
         // disposition.
         unsafe {

@@ -395,6 +395,115 @@ fn a_closed_pipe_ends_the_output_quietly() {
     assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
 }
 
+/// Whether the running process `pid` ignores SIGPIPE (signal 13: bit 12 of `SigIgn` in
+/// /proc/PID/status).
+#[cfg(all(target_os = "linux", feature = "backends"))]
+fn ignores_sigpipe(pid: u32) -> bool {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("read /proc");
+    let mask = status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigIgn:"))
+        .expect("a SigIgn line");
+    u64::from_str_radix(mask.trim(), 16).expect("a hex mask") & (1 << 12) != 0
+}
+
+/// A torture worker whose lock server or PostgreSQL closes its socket (a kill-server trial) must get an error
+/// it reports, not die of SIGPIPE; the same goes for every command that talks to servers. The
+/// control: `check`, which only prints, takes the default disposition so `| head` ends it
+/// quietly, and this test sees the difference.
+#[cfg(all(target_os = "linux", feature = "backends"))]
+#[test]
+fn commands_that_talk_to_servers_ignore_sigpipe_and_printing_ones_do_not() {
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let pg_url = format!(
+        "postgres://fencecheck@{}/none",
+        listener.local_addr().unwrap()
+    );
+    let spawn = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_fencecheck"))
+            .env(
+                "XDG_STATE_HOME",
+                fencecheck_testkit::fresh_dir(env!("CARGO_TARGET_TMPDIR"), "state"),
+            )
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start fencecheck")
+    };
+    let mut worker = spawn(&[
+        "torture-worker",
+        "--backend",
+        "redis",
+        "--redis-url",
+        "redis://127.0.0.1:1",
+        "--pg-url",
+        &pg_url,
+        "--table",
+        "t",
+        "--name",
+        "n",
+        "--owner",
+        "w1",
+        "--ttl-ms",
+        "1000",
+        "--increments",
+        "1",
+        "--think-ms",
+        "0",
+    ]);
+    // Once the worker connects to its (silent) PostgreSQL, main is long past the set-up.
+    let started = Instant::now();
+    let _conn = loop {
+        match listener.accept() {
+            Ok((conn, _)) => break conn,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                assert!(
+                    worker.try_wait().unwrap().is_none(),
+                    "the worker exited before connecting"
+                );
+                assert!(started.elapsed() < Duration::from_secs(30), "no connection");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => panic!("accept: {e}"),
+        }
+    };
+    let worker_ignores = ignores_sigpipe(worker.id());
+    worker.kill().unwrap();
+    worker.wait().unwrap();
+    assert!(
+        worker_ignores,
+        "a torture worker must survive a server closing its socket"
+    );
+
+    // The control: a long search, whose disposition turns to the default within seconds.
+    let mut check = spawn(&[
+        "check",
+        "fenced",
+        "--clients",
+        "5",
+        "--writes",
+        "2",
+        "--no-symmetry",
+    ]);
+    let started = Instant::now();
+    let mut check_ignores = true;
+    while check_ignores && started.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(
+            check.try_wait().unwrap().is_none(),
+            "the search ended early"
+        );
+        check_ignores = ignores_sigpipe(check.id());
+    }
+    check.kill().unwrap();
+    check.wait().unwrap();
+    assert!(!check_ignores, "check should take the default disposition");
+}
+
 #[test]
 fn no_command_is_one_line_and_exit_2() {
     let out = fencecheck(&[]);
