@@ -6,10 +6,11 @@
 
 mod common;
 
-use common::run_contended;
+use common::{measuring, paired, run_contended, Side};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use fencecheck::local::{Clock, CoarseClock, LeaseLock};
 use std::hint::black_box;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -92,8 +93,63 @@ fn contended(c: &mut Criterion) {
             })
         });
         g.finish();
+        paired_contended(threads);
     }
 }
+
+/// The coarse lock's try-acquire + release against parking_lot's lock + unlock with `threads`
+/// threads contending, in alternating rounds (`common::paired`), then how many of the lock's
+/// tries were granted: a try that finds the lease busy takes the mutex once, a granted one twice
+/// (acquire, then release), so the share sets what a try costs.
+fn paired_contended(threads: usize) {
+    let coarse_lock = LeaseLock::with_clock(TTL, CoarseClock::new()).unwrap();
+    // The same operation as `lease_lock_coarse_try_acquire_release`; says whether it was granted.
+    let try_once = || match coarse_lock.try_acquire(1u64) {
+        Ok(guard) => {
+            black_box(guard.token());
+            true
+        }
+        Err(_) => false,
+    };
+    let pl = parking_lot::Mutex::new(0u64);
+    paired(
+        &format!("acquire/contended/{threads}/paired"),
+        Side {
+            name: "parking_lot_lock_unlock",
+            run: &mut |n| run_contended(threads, n, |_| *pl.lock() += 1),
+        },
+        Side {
+            name: "lease_lock_coarse_try_acquire_release",
+            run: &mut |n| {
+                run_contended(threads, n, |_| {
+                    black_box(try_once());
+                })
+            },
+        },
+        &format!("{threads} threads, each running the operation n times"),
+    );
+    if measuring() {
+        // Counted apart from the timed rounds, with one counter per thread on its own line.
+        let counters: Vec<Padded> = (0..threads).map(|_| Padded::default()).collect();
+        let tries = 2_000_000u64;
+        run_contended(threads, tries, |t| {
+            if try_once() {
+                counters[t].0.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+        let granted: u64 = counters.iter().map(|c| c.0.load(Ordering::Relaxed)).sum();
+        eprintln!(
+            "acquire/contended/{threads}: {granted} of {} tries granted ({:.1} %)",
+            tries * threads as u64,
+            100.0 * granted as f64 / (tries * threads as u64) as f64
+        );
+    }
+}
+
+/// A counter alone on its cache line.
+#[derive(Default)]
+#[repr(align(128))]
+struct Padded(AtomicU64);
 
 criterion_group! {
     name = benches;
