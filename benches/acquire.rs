@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{measuring, paired, run_contended, Side};
+use common::{measuring, paired_elements, run_contended, Side};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use fencecheck::local::{Clock, CoarseClock, LeaseLock};
 use std::hint::black_box;
@@ -112,8 +112,9 @@ fn paired_contended(threads: usize) {
         Err(_) => false,
     };
     let pl = parking_lot::Mutex::new(0u64);
-    paired(
+    paired_elements(
         &format!("acquire/contended/{threads}/paired"),
+        threads as u64,
         Side {
             name: "parking_lot_lock_unlock",
             run: &mut |n| run_contended(threads, n, |_| *pl.lock() += 1),

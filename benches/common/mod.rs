@@ -59,12 +59,21 @@ pub fn write_result(group: &str, function: &str, median_ns: f64, source: &str) {
     write_estimates(
         group,
         function,
+        1,
         serde_json::json!({"median": {"point_estimate": median_ns}}),
         source,
     );
 }
 
-fn write_estimates(group: &str, function: &str, estimates: serde_json::Value, source: &str) {
+/// Writes `estimates` in criterion's layout; an iteration counts as `elements` operations (the
+/// throughput `report` shows), as criterion's `Throughput::Elements`.
+fn write_estimates(
+    group: &str,
+    function: &str,
+    elements: u64,
+    estimates: serde_json::Value,
+    source: &str,
+) {
     if !measuring() {
         return;
     }
@@ -79,7 +88,7 @@ fn write_estimates(group: &str, function: &str, estimates: serde_json::Value, so
     std::fs::create_dir_all(&dir).unwrap();
     let bench = serde_json::json!({
         "group_id": group, "function_id": function, "value_str": null,
-        "throughput": {"Elements": 1}, "full_id": format!("{group}/{function}"),
+        "throughput": {"Elements": elements}, "full_id": format!("{group}/{function}"),
         "directory_name": format!("{}/{function}", group.replace('/', "_")),
         "title": format!("{group}/{function}"), "source": source,
     });
@@ -145,6 +154,13 @@ pub fn paired_ops(group: &str, floor: (&str, impl Fn()), ours: (&str, impl Fn())
 /// the group. When criterion is not measuring, runs each side twice and writes nothing.
 #[allow(dead_code)]
 pub fn paired(group: &str, floor: Side<'_>, ours: Side<'_>, source: &str) {
+    paired_elements(group, 1, floor, ours, source)
+}
+
+/// [`paired`] where one run of a side's operation counts as `elements` operations, as for
+/// threads each running it (`run_contended`).
+#[allow(dead_code)]
+pub fn paired_elements(group: &str, elements: u64, floor: Side<'_>, ours: Side<'_>, source: &str) {
     if !measuring() {
         (floor.run)(2);
         (ours.run)(2);
@@ -184,13 +200,19 @@ pub fn paired(group: &str, floor: Side<'_>, ours: Side<'_>, source: &str) {
         listed.join(" ")
     );
     let source = format!("{source}; {PAIRED_BLOCKS} blocks of alternating rounds of {n}");
-    write_result(group, floor.name, mid(&floors), &source);
+    write_estimates(
+        group,
+        floor.name,
+        elements,
+        serde_json::json!({"median": {"point_estimate": mid(&floors)}}),
+        &source,
+    );
     let estimates = serde_json::json!({
         "median": {"point_estimate": mid(&ourss)},
         "paired": {"over": floor.name, "blocks": PAIRED_BLOCKS, "ratio": ratio,
                    "low": low, "high": high},
     });
-    write_estimates(group, ours.name, estimates, &source);
+    write_estimates(group, ours.name, elements, estimates, &source);
 }
 
 /// One acquire and one release of a free lock on a backend, as each backend suite measures it.
