@@ -342,7 +342,7 @@ fn etcd_lock_answers_like_the_protocol_core() {
     let endpoints = etcd.endpoints();
     common::lock_diff::differential_with_control(
         "etcd",
-        48,
+        96,
         // Long enough that nothing runs out on its own during a case.
         async |name| {
             EtcdLock::connect(&endpoints, name, Duration::from_secs(600))

@@ -489,7 +489,7 @@ fn zookeeper_lock_answers_like_the_protocol_core() {
     let raw = std::sync::OnceLock::new();
     common::lock_diff::differential_with_control(
         "ZooKeeper",
-        48,
+        96,
         async |name| {
             ZkLock::connect(&connect, name, Duration::from_secs(10))
                 .await

@@ -261,8 +261,12 @@ pub fn differential_with_control<L: LockService>(
     };
     let compared = run(None).unwrap_or_else(|e| panic!("{label}: {e}"));
     println!("{label} differential: {compared:?}");
+    // Floors against a generator that stopped producing interesting sequences. With 96 cases a
+    // run compares ~740 calls, ~185 grants and ~90 revocations (625-830, 166-202 and 69-107 in
+    // eight runs on etcd and ZooKeeper); each floor is several standard deviations below, so that
+    // chance alone does not trip it (with 48 cases, 299 calls once fell under a floor of 300).
     assert!(
-        compared.calls >= 300 && compared.grants >= 60 && compared.revoked >= 20,
+        compared.calls >= 450 && compared.grants >= 110 && compared.revoked >= 40,
         "{label}: too little compared: {compared:?}"
     );
     let caught = run(Some(Flaw::RenewsAnything))
