@@ -18,7 +18,8 @@ fn main() -> ExitCode {
     // command talks to servers or serves (`run`, `demo`, `torture` and its workers, `raft-node`,
     // `explore`): a peer closing its socket must be an error they report, not a signal that kills
     // them mid-trial (or, for `run`, the supervisor of a running job), so they keep std's default
-    // of ignoring SIGPIPE. A new command ignores it too until it is named here.
+    // of ignoring SIGPIPE. A new command ignores it too until it is named here. Children get the
+    // default back from std.
     let prints_only = matches!(
         std::env::args().nth(1).as_deref(),
         None | Some("check" | "list" | "validate" | "report" | "help" | "--help" | "-h")

@@ -2,15 +2,19 @@
 
 use std::process::{Command, Output};
 
+/// The command `fencecheck ARGS`, with a state directory of its own.
+fn fencecheck_command(args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_fencecheck"));
+    cmd.env(
+        "XDG_STATE_HOME",
+        fencecheck_testkit::fresh_dir(env!("CARGO_TARGET_TMPDIR"), "state"),
+    )
+    .args(args);
+    cmd
+}
+
 fn fencecheck(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_fencecheck"))
-        .env(
-            "XDG_STATE_HOME",
-            fencecheck_testkit::fresh_dir(env!("CARGO_TARGET_TMPDIR"), "state"),
-        )
-        .args(args)
-        .output()
-        .expect("run fencecheck")
+    fencecheck_command(args).output().expect("run fencecheck")
 }
 
 fn stdout(o: &Output) -> String {
@@ -380,12 +384,7 @@ fn report_regenerates_the_files_and_keeps_bench_md_without_estimates() {
 #[test]
 fn a_closed_pipe_ends_the_output_quietly() {
     use std::process::Stdio;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_fencecheck"))
-        .env(
-            "XDG_STATE_HOME",
-            fencecheck_testkit::fresh_dir(env!("CARGO_TARGET_TMPDIR"), "state"),
-        )
-        .arg("list")
+    let mut child = fencecheck_command(&["list"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -407,10 +406,10 @@ fn ignores_sigpipe(pid: u32) -> bool {
     u64::from_str_radix(mask.trim(), 16).expect("a hex mask") & (1 << 12) != 0
 }
 
-/// A torture worker whose lock server or PostgreSQL closes its socket (a kill-server trial) must get an error
-/// it reports, not die of SIGPIPE; the same goes for every command that talks to servers. The
-/// control: `check`, which only prints, takes the default disposition so `| head` ends it
-/// quietly, and this test sees the difference.
+/// A torture worker whose lock server or PostgreSQL closes its socket (a kill-server trial) must
+/// get an error it reports, not die of SIGPIPE; the same goes for every command that talks to
+/// servers. The control: `check`, which only prints, takes the default disposition so `| head`
+/// ends it quietly, and this test sees the difference.
 #[cfg(all(target_os = "linux", feature = "backends"))]
 #[test]
 fn commands_that_talk_to_servers_ignore_sigpipe_and_printing_ones_do_not() {
@@ -423,12 +422,7 @@ fn commands_that_talk_to_servers_ignore_sigpipe_and_printing_ones_do_not() {
         listener.local_addr().unwrap()
     );
     let spawn = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_fencecheck"))
-            .env(
-                "XDG_STATE_HOME",
-                fencecheck_testkit::fresh_dir(env!("CARGO_TARGET_TMPDIR"), "state"),
-            )
-            .args(args)
+        fencecheck_command(args)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
