@@ -2,7 +2,9 @@
 //! `parking_lot::Mutex` and `std::sync::Mutex` lock+unlock, a bare `Instant::now()`, and a
 //! parking_lot lock+unlock with one clock read (the budget the lease lock is held to). The lock
 //! runs on each of its clocks: `SystemClock` (`Instant`) and `CoarseClock` (the kernel's tick),
-//! and each clock read is measured alone and under a parking_lot lock.
+//! and each clock read is measured alone and under a parking_lot lock. Under contention a
+//! parking_lot `try_lock` + unlock, which does not wait, is the floor for the lock's `try_acquire`
+//! beside the lock + unlock, which does.
 
 mod common;
 
@@ -86,6 +88,17 @@ fn contended(c: &mut Criterion) {
         g.bench_function("parking_lot_lock_unlock", |b| {
             b.iter_custom(|iters| run_contended(threads, iters, |_| *pl.lock() += 1))
         });
+        // The floor for a try that does not wait: a lock that is taken answers at once.
+        let pl_try = parking_lot::Mutex::new(0u64);
+        g.bench_function("parking_lot_try_lock_unlock", |b| {
+            b.iter_custom(|iters| {
+                run_contended(threads, iters, |_| {
+                    if let Some(mut v) = pl_try.try_lock() {
+                        *v += 1;
+                    }
+                })
+            })
+        });
         let std_mutex = std::sync::Mutex::new(0u64);
         g.bench_function("std_mutex_lock_unlock", |b| {
             b.iter_custom(|iters| {
@@ -97,10 +110,11 @@ fn contended(c: &mut Criterion) {
     }
 }
 
-/// The coarse lock's try-acquire + release against parking_lot's lock + unlock with `threads`
-/// threads contending, in alternating rounds (`common::paired`), then how many of the lock's
-/// tries were granted: a try that finds the lease busy takes the mutex once, a granted one twice
-/// (acquire, then release), so the share sets what a try costs.
+/// The coarse lock's try-acquire + release with `threads` threads contending, in alternating
+/// rounds (`common::paired`) against two floors: parking_lot's lock + unlock, which waits, and
+/// its try-lock + unlock, which does not. Then how many tries were granted: a try that finds the
+/// lease busy takes the mutex once, a granted one twice (acquire, then release), so the share sets
+/// what a try costs.
 fn paired_contended(threads: usize) {
     let coarse_lock = LeaseLock::with_clock(TTL, CoarseClock::new()).unwrap();
     // The same operation as `lease_lock_coarse_try_acquire_release`; says whether it was granted.
@@ -112,39 +126,69 @@ fn paired_contended(threads: usize) {
         Err(_) => false,
     };
     let pl = parking_lot::Mutex::new(0u64);
-    paired_elements(
-        &format!("acquire/contended/{threads}/paired"),
-        threads as u64,
-        Side {
-            name: "parking_lot_lock_unlock",
-            run: &mut |n| run_contended(threads, n, |_| *pl.lock() += 1),
-        },
-        Side {
-            name: "lease_lock_coarse_try_acquire_release",
-            run: &mut |n| {
-                run_contended(threads, n, |_| {
-                    black_box(try_once());
-                })
+    let pl_try = || match pl.try_lock() {
+        Some(mut v) => {
+            *v += 1;
+            true
+        }
+        None => false,
+    };
+    let pl_lock = || {
+        *pl.lock() += 1;
+        true
+    };
+    let ours = "lease_lock_coarse_try_acquire_release";
+    // Both sides call through a reference to `dyn Fn`, so that each pays the same indirect call.
+    let ours_once: &(dyn Fn() -> bool + Sync) = &try_once;
+    let floors: [(&str, &str, &(dyn Fn() -> bool + Sync)); 2] = [
+        ("paired", "parking_lot_lock_unlock", &pl_lock),
+        ("paired_try", "parking_lot_try_lock_unlock", &pl_try),
+    ];
+    for (group, floor, floor_once) in floors {
+        paired_elements(
+            &format!("acquire/contended/{threads}/{group}"),
+            threads as u64,
+            Side {
+                name: floor,
+                run: &mut |n| {
+                    run_contended(threads, n, |_| {
+                        black_box(floor_once());
+                    })
+                },
             },
-        },
-        &format!("{threads} threads, each running the operation n times"),
-    );
-    if measuring() {
-        // Counted apart from the timed rounds, with one counter per thread on its own line.
-        let counters: Vec<Padded> = (0..threads).map(|_| Padded::default()).collect();
-        let tries = 2_000_000u64;
-        run_contended(threads, tries, |t| {
-            if try_once() {
-                counters[t].0.fetch_add(1, Ordering::Relaxed);
-            }
-        });
-        let granted: u64 = counters.iter().map(|c| c.0.load(Ordering::Relaxed)).sum();
-        eprintln!(
-            "acquire/contended/{threads}: {granted} of {} tries granted ({:.1} %)",
-            tries * threads as u64,
-            100.0 * granted as f64 / (tries * threads as u64) as f64
+            Side {
+                name: ours,
+                run: &mut |n| {
+                    run_contended(threads, n, |_| {
+                        black_box(ours_once());
+                    })
+                },
+            },
+            &format!("{threads} threads, each running the operation n times"),
         );
     }
+    if measuring() {
+        granted_share(threads, ours, ours_once);
+        granted_share(threads, "parking_lot_try_lock_unlock", &pl_try);
+    }
+}
+
+/// Counts how many of 2,000,000 tries per thread `try_once` is granted, apart from the timed
+/// rounds and with one counter per thread on its own line, and prints the share.
+fn granted_share(threads: usize, name: &str, try_once: &(dyn Fn() -> bool + Sync)) {
+    let counters: Vec<Padded> = (0..threads).map(|_| Padded::default()).collect();
+    let tries = 2_000_000u64;
+    run_contended(threads, tries, |t| {
+        if try_once() {
+            counters[t].0.fetch_add(1, Ordering::Relaxed);
+        }
+    });
+    let granted: u64 = counters.iter().map(|c| c.0.load(Ordering::Relaxed)).sum();
+    let all = tries * threads as u64;
+    eprintln!(
+        "acquire/contended/{threads} {name}: {granted} of {all} tries granted ({:.1} %)",
+        100.0 * granted as f64 / all as f64
+    );
 }
 
 /// A counter alone on its cache line.
