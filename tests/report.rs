@@ -399,6 +399,7 @@ fn a_paired_result_shows_its_block_ratio_and_interval() {
         .find(|r| r.function == "fenced_acquire_release")
         .unwrap();
     assert_eq!(fenced.paired.as_ref().map(|p| p.blocks), Some(12));
+    assert_eq!(fenced.baseline.as_deref(), Some("redis_benchmark_floor"));
     let md = report::bench_markdown(&results, &meta());
     assert!(
         md.contains(
@@ -418,6 +419,50 @@ fn a_paired_result_shows_its_block_ratio_and_interval() {
         report::collect_benchmarks(&dir),
         Err(report::BenchError::Format { .. })
     ));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A paired group's baseline is the floor named in its paired section, also one that no other
+/// group uses (parking_lot's try-lock beside the contended lock); the control is the same group
+/// without the section, which has no baseline.
+#[test]
+fn a_paired_group_is_compared_with_the_floor_it_alternated_with() {
+    let dir = temp_dir("criterion-paired-floor");
+    let group = "acquire/contended/2/paired_try";
+    fake_criterion(&dir, group, "parking_lot_try_lock_unlock", 20.0, 2);
+    fake_criterion(
+        &dir,
+        group,
+        "lease_lock_coarse_try_acquire_release",
+        50.0,
+        2,
+    );
+    let lock = |results: &[report::BenchResult]| {
+        results
+            .iter()
+            .find(|r| r.function == "lease_lock_coarse_try_acquire_release")
+            .cloned()
+            .unwrap()
+    };
+    let control = lock(&report::collect_benchmarks(&dir).unwrap());
+    assert_eq!((control.baseline, control.ratio), (None, None));
+    std::fs::write(
+        dir.join(
+            "acquire_contended_2_paired_try/lease_lock_coarse_try_acquire_release/new/estimates.json",
+        ),
+        r#"{"median": {"point_estimate": 50.0}, "paired": {"over": "parking_lot_try_lock_unlock",
+           "blocks": 12, "ratio": 2.4, "low": 2.3, "high": 2.6}}"#,
+    )
+    .unwrap();
+    let results = report::collect_benchmarks(&dir).unwrap();
+    let paired = lock(&results);
+    assert_eq!(
+        paired.baseline.as_deref(),
+        Some("parking_lot_try_lock_unlock")
+    );
+    assert!((paired.ratio.unwrap() - 2.5).abs() < 1e-9);
+    let md = report::bench_markdown(&results, &meta());
+    assert!(md.contains("ratio to parking_lot_try_lock_unlock"), "{md}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

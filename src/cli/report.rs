@@ -30,7 +30,7 @@ edit by hand.
 |---|---|
 | `models.md` | the verdict of every model and property, and each violation's minimal counterexample as a numbered timeline and a Mermaid sequence diagram |
 | `models.json` | the same, machine-readable; schema below |
-| `bench.md` | every benchmark's median, throughput and ratio to its group's baseline, with the machine, `rustc` version and commit it was measured on; a result written more than ten minutes apart from its baseline (another run) is listed as left out, without a ratio; a `/paired` group (a backend's fenced operation, or the contended lock, alternating with its floor, see the README) ends with the median of its block ratios and a 95 % interval for it |
+| `bench.md` | every benchmark's median, throughput and ratio to its group's baseline, with the machine, `rustc` version and commit it was measured on; a result written more than ten minutes apart from its baseline (another run) is listed as left out, without a ratio; a `/paired` group (a backend's fenced operation, or the contended lock, alternating with its floor, see the README) takes that floor as its baseline and ends with the median of its block ratios and a 95 % interval for it |
 | `report.html` | one self-contained page: verdicts, each counterexample as an SVG sequence diagram (violating step in red), benchmark ratios as a bar chart |
 | `mutants.md` | the mutation-testing summary: caught / missed / timeout / unviable counts, the score, the misses, and the mutants excluded as equivalent with the reason for each; regenerate with `cargo mutants` then `fencecheck report` |
 

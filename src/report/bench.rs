@@ -124,7 +124,8 @@ pub enum BenchError {
     },
 }
 
-/// Each group's baseline, by preference: the first of these present in the group.
+/// Each group's baseline, by preference: the first of these present in the group (a paired
+/// group's is the floor it alternated with).
 const BASELINES: &[&str] = &[
     "parking_lot_lock_unlock_plus_clock",
     "parking_lot_lock_unlock",
@@ -218,12 +219,22 @@ pub fn collect_benchmarks(criterion_dir: &Path) -> Result<Vec<BenchResult>, Benc
     }
     found.sort_by(|a, b| (&a.group, &a.function).cmp(&(&b.group, &b.function)));
     let snapshot = found.clone();
+    let in_group = |group: &str, name: &str| {
+        snapshot
+            .iter()
+            .find(|b| b.group == group && b.function == name)
+    };
     for r in &mut found {
-        let baseline = BASELINES.iter().find_map(|name| {
-            snapshot
-                .iter()
-                .find(|b| b.group == r.group && b.function == *name)
-        });
+        // A paired group's baseline is the floor its rounds alternated with; any other group's
+        // the first of BASELINES it holds.
+        let over = snapshot
+            .iter()
+            .filter(|b| b.group == r.group)
+            .find_map(|b| b.paired.as_ref().map(|p| p.over.as_str()));
+        let baseline = match over {
+            Some(floor) => in_group(&r.group, floor),
+            None => BASELINES.iter().find_map(|name| in_group(&r.group, name)),
+        };
         if let Some(base) = baseline {
             r.baseline = Some(base.function.clone());
             match apart(r.written, base.written) {
