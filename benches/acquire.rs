@@ -60,10 +60,7 @@ fn uncontended(c: &mut Criterion) {
     let coarse = CoarseClock::new();
     g.bench_function("coarse_clock_now", |b| b.iter(|| black_box(coarse.now())));
     g.bench_function("parking_lot_lock_unlock_plus_coarse_clock", |b| {
-        b.iter(|| {
-            let mut v = pl.lock();
-            *v = v.wrapping_add(coarse.now());
-        })
+        b.iter(|| lock_unlock_plus_clock(&pl, &coarse))
     });
     g.finish();
 }
@@ -96,6 +93,15 @@ fn contended(c: &mut Criterion) {
         g.bench_function("parking_lot_lock_unlock", |b| {
             b.iter_custom(|iters| run_contended(threads, iters, |_| *pl.lock() += 1))
         });
+        let pl_clock = parking_lot::Mutex::new(0u64);
+        let coarse = CoarseClock::new();
+        g.bench_function("parking_lot_lock_unlock_plus_coarse_clock", |b| {
+            b.iter_custom(|iters| {
+                run_contended(threads, iters, |_| {
+                    lock_unlock_plus_clock(&pl_clock, &coarse)
+                })
+            })
+        });
         let pl_try = parking_lot::Mutex::new(0u64);
         g.bench_function("parking_lot_try_lock_unlock", |b| {
             b.iter_custom(|iters| {
@@ -116,8 +122,9 @@ fn contended(c: &mut Criterion) {
 }
 
 /// The coarse lock's try-acquire + release with `threads` threads contending, in alternating
-/// rounds (`common::paired`) against two floors: parking_lot's lock + unlock, which waits, and
-/// its try-lock + unlock, which does not. Then how many tries were granted: a try that finds the
+/// rounds (`common::paired`) against three floors: parking_lot's lock + unlock, which waits; the
+/// same with one coarse clock read while holding it, as a lease reads the time; and its try-lock +
+/// unlock, which does not wait. Then how many tries were granted: a try that finds the
 /// lease busy takes the mutex once, a granted one twice (acquire, then release), so the share sets
 /// what a try costs.
 fn paired_contended(threads: usize) {
@@ -136,11 +143,21 @@ fn paired_contended(threads: usize) {
         *pl.lock() += 1;
         true
     };
+    let coarse = CoarseClock::new();
+    let pl_clock = || {
+        lock_unlock_plus_clock(&pl, &coarse);
+        true
+    };
     let ours = "lease_lock_coarse_try_acquire_release";
     // Both sides call through a reference to `dyn Fn`, so that each pays the same indirect call.
     let ours_once: &(dyn Fn() -> bool + Sync) = &try_once;
-    let floors: [(&str, &str, &(dyn Fn() -> bool + Sync)); 2] = [
+    let floors: [(&str, &str, &(dyn Fn() -> bool + Sync)); 3] = [
         ("paired", "parking_lot_lock_unlock", &pl_lock),
+        (
+            "paired_clock",
+            "parking_lot_lock_unlock_plus_coarse_clock",
+            &pl_clock,
+        ),
         ("paired_try", "parking_lot_try_lock_unlock", &pl_try),
     ];
     for (group, floor, floor_once) in floors {
@@ -170,6 +187,14 @@ fn paired_contended(threads: usize) {
         granted_share(threads, ours, ours_once);
         granted_share(threads, "parking_lot_try_lock_unlock", &pl_try);
     }
+}
+
+/// parking_lot's lock + unlock with one read of the coarse clock while holding it: a mutex that
+/// does what a lease must do beside its table, which is to read the time, here on the coarse lock's
+/// own clock.
+fn lock_unlock_plus_clock(m: &parking_lot::Mutex<u64>, clock: &CoarseClock) {
+    let mut v = m.lock();
+    *v = v.wrapping_add(clock.now());
 }
 
 /// parking_lot's `try_lock` + unlock, the floor for a try that does not wait: a mutex that is
