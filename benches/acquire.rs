@@ -190,8 +190,8 @@ fn paired_contended(threads: usize) {
 }
 
 /// parking_lot's lock + unlock with one read of the coarse clock while holding it: a mutex that
-/// does what a lease must do beside its table, which is to read the time, here on the coarse lock's
-/// own clock.
+/// does what a lease must do beside its table, which is to read the time, on the same kind of
+/// clock as the coarse lease lock.
 fn lock_unlock_plus_clock(m: &parking_lot::Mutex<u64>, clock: &CoarseClock) {
     let mut v = m.lock();
     *v = v.wrapping_add(clock.now());
