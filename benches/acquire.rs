@@ -43,6 +43,12 @@ fn uncontended(c: &mut Criterion) {
     g.bench_function("lease_lock_coarse_try_busy", |b| {
         b.iter(|| black_box(held_lock.try_acquire(black_box(1u64)).is_err()))
     });
+    // Had the lease run out during the group, the tries would have been grants: say so.
+    assert_eq!(
+        held_lock.holder().map(|lease| lease.owner),
+        Some(0),
+        "lease_lock_coarse_try_busy: the held lease ran out, so its tries were not refusals"
+    );
     let pl = parking_lot::Mutex::new(0u64);
     g.bench_function("parking_lot_lock_unlock", |b| b.iter(|| *pl.lock() += 1));
     let std_mutex = std::sync::Mutex::new(0u64);
