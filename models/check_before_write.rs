@@ -12,9 +12,9 @@
 //! table is the protocol core's `LeaseTable`.
 
 use super::{
-    declared_properties, meaning, Declared, Declares, Expect, Expected, Narrate, Params, Step,
+    declared_properties, meaning, prop, Declared, Declares, Expect, Expected, Narrate, Params, Step,
 };
-use crate::protocol::{Acquire, Fence, LeaseTable, Token};
+use crate::protocol::{Acquire, Fence, LeaseOrder, LeaseTable, Token};
 use stateright::{Expectation, Model, Property};
 
 /// A lease lasts this many ticks.
@@ -65,15 +65,11 @@ pub struct CbwState {
     pub fence: Fence,
     /// Ghost: grants so far.
     pub grants: u8,
-    /// Ghost: the newest epoch stored at the accept-all storage, and whether an older one was
-    /// stored after it.
-    pub plain_newest: u8,
-    /// Ghost: see `plain_newest`.
-    pub plain_stale: bool,
+    /// Ghost: `storage_in_lease_order` at the accept-all storage (the library's checker over the
+    /// grants whose writes it stored).
+    pub plain: LeaseOrder<u8>,
     /// Ghost: the same at the fenced storage.
-    pub fenced_newest: u8,
-    /// Ghost: see `fenced_newest`.
-    pub fenced_stale: bool,
+    pub fenced: LeaseOrder<u8>,
 }
 
 /// What happens next.
@@ -111,10 +107,8 @@ impl Model for CheckBeforeWriteModel {
             in_flight: Vec::new(),
             fence: Fence::fenced(),
             grants: 0,
-            plain_newest: 0,
-            plain_stale: false,
-            fenced_newest: 0,
-            fenced_stale: false,
+            plain: LeaseOrder::new(),
+            fenced: LeaseOrder::new(),
         }]
     }
 
@@ -162,11 +156,9 @@ impl Model for CheckBeforeWriteModel {
                 let at = next.in_flight.iter().position(|x| *x == w)?;
                 next.in_flight.remove(at);
                 let (token, epoch, _) = w;
-                next.plain_stale |= epoch < s.plain_newest;
-                next.plain_newest = next.plain_newest.max(epoch);
+                next.plain.accept(epoch);
                 if next.fence.admit(token).is_ok() {
-                    next.fenced_stale |= epoch < s.fenced_newest;
-                    next.fenced_newest = next.fenced_newest.max(epoch);
+                    next.fenced.accept(epoch);
                 }
             }
             CbwAction::Tick => next.now += 1,
@@ -249,21 +241,21 @@ not_symmetric!(CheckBeforeWriteModel, CbwState);
 /// Every property of this model, declared once.
 const DECLARED: &[Declared<CheckBeforeWriteModel>] = &[
     Declared {
-        name: "storage_in_lease_order",
+        name: prop::STORAGE_IN_LEASE_ORDER,
         kind: Expectation::Always,
         meaning: "the accept-all storage never stores an older lease's write after a newer one's",
         expect: Expect::Violated,
-        condition: |_: &CheckBeforeWriteModel, s: &CbwState| !s.plain_stale,
+        condition: |_: &CheckBeforeWriteModel, s: &CbwState| s.plain.holds(),
     },
     Declared {
         name: "fenced_storage_in_lease_order",
         kind: Expectation::Always,
         meaning: "the fenced storage never stores an older lease's write after a newer one's",
         expect: Expect::Holds,
-        condition: |_: &CheckBeforeWriteModel, s: &CbwState| !s.fenced_stale,
+        condition: |_: &CheckBeforeWriteModel, s: &CbwState| s.fenced.holds(),
     },
     Declared {
-        name: "single_believer",
+        name: prop::SINGLE_BELIEVER,
         kind: Expectation::Always,
         meaning: "at most one client believes, by its own clock, that it holds the lease",
         expect: Expect::When {
@@ -281,14 +273,14 @@ const DECLARED: &[Declared<CheckBeforeWriteModel>] = &[
         },
     },
     Declared {
-        name: "write_accepted",
+        name: prop::WRITE_ACCEPTED,
         kind: Expectation::Sometimes,
         meaning: meaning::WRITE_ACCEPTED,
         expect: Expect::Holds,
-        condition: |_: &CheckBeforeWriteModel, s: &CbwState| s.plain_newest > 0,
+        condition: |_: &CheckBeforeWriteModel, s: &CbwState| s.plain.newest().is_some(),
     },
     Declared {
-        name: "lease_regranted",
+        name: prop::LEASE_REGRANTED,
         kind: Expectation::Sometimes,
         meaning: meaning::LEASE_REGRANTED,
         expect: Expect::Holds,

@@ -18,7 +18,9 @@
 //! No Consul binary runs here, so these models are not tested against a real server.
 
 use super::Step;
-use super::{declared_properties, meaning, Declared, Declares, Expect, Expected, Narrate, Params};
+use super::{
+    declared_properties, meaning, prop, Declared, Declares, Expect, Expected, Narrate, Params,
+};
 use crate::protocol::{Fence, FencePolicy, LeaseOrder, SessionLock, Token, TokenOrder};
 use stateright::{Expectation, Model, Property};
 
@@ -334,7 +336,7 @@ const DECLARED: &[Declared<ConsulModel>] = &[
         condition: |_: &ConsulModel, s: &ConsulState| s.holders() <= 1,
     },
     Declared {
-        name: "storage_in_lease_order",
+        name: prop::STORAGE_IN_LEASE_ORDER,
         kind: Expectation::Always,
         meaning: meaning::STORAGE_IN_LEASE_ORDER,
         expect: Expect::When {
@@ -347,7 +349,7 @@ const DECLARED: &[Declared<ConsulModel>] = &[
         condition: |_: &ConsulModel, s: &ConsulState| s.lease_order.holds(),
     },
     Declared {
-        name: "tokens_increase",
+        name: prop::TOKENS_INCREASE,
         kind: Expectation::Always,
         meaning: meaning::TOKENS_INCREASE,
         expect: Expect::Holds,
@@ -377,7 +379,7 @@ const DECLARED: &[Declared<ConsulModel>] = &[
         condition: |_: &ConsulModel, s: &ConsulState| s.delayed,
     },
     Declared {
-        name: "write_accepted",
+        name: prop::WRITE_ACCEPTED,
         kind: Expectation::Sometimes,
         meaning: meaning::WRITE_ACCEPTED,
         expect: Expect::Holds,

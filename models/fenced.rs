@@ -5,10 +5,9 @@
 //! (`single_believer` is still violated: fencing protects the storage, not the beliefs), but its
 //! late write is refused, so `storage_in_lease_order` holds.
 
-use super::lease_service::{condition, prop, LeaseModel, LeaseServiceCfg};
-use super::{meaning, Declared, Expect, Mutant, Params};
+use super::lease_service::{LeaseModel, LeaseServiceCfg};
+use super::{Mutant, Params};
 use crate::protocol::FencePolicy;
-use stateright::Expectation;
 
 /// The catalog name.
 pub const NAME: &str = "fenced";
@@ -56,59 +55,6 @@ impl FencedModelCfg {
         .into_model()
     }
 }
-
-/// Every property of the fenced model, declared once.
-pub const DECLARED: &[Declared<LeaseModel>] = &[
-    Declared {
-        name: prop::STORAGE_IN_LEASE_ORDER,
-        kind: Expectation::Always,
-        meaning: meaning::STORAGE_IN_LEASE_ORDER,
-        expect: Expect::Holds,
-        condition: condition::in_lease_order,
-    },
-    Declared {
-        name: prop::TOKENS_INCREASE,
-        kind: Expectation::Always,
-        meaning: meaning::TOKENS_INCREASE,
-        expect: Expect::Holds,
-        condition: condition::tokens_increase,
-    },
-    Declared {
-        name: prop::SINGLE_BELIEVER,
-        kind: Expectation::Always,
-        meaning: "at most one client believes it holds the lease (fencing does not promise this)",
-        expect: Expect::Violated,
-        condition: condition::single_believer,
-    },
-    Declared {
-        name: prop::PROGRESS,
-        kind: Expectation::Eventually,
-        meaning: "every complete run stores some write",
-        expect: Expect::Holds,
-        condition: condition::write_stored,
-    },
-    Declared {
-        name: prop::WRITE_ACCEPTED,
-        kind: Expectation::Sometimes,
-        meaning: meaning::WRITE_ACCEPTED,
-        expect: Expect::Holds,
-        condition: condition::write_stored,
-    },
-    Declared {
-        name: prop::LEASE_REGRANTED,
-        kind: Expectation::Sometimes,
-        meaning: meaning::LEASE_REGRANTED,
-        expect: Expect::Holds,
-        condition: condition::regranted,
-    },
-    Declared {
-        name: prop::STALE_WRITE_REJECTED,
-        kind: Expectation::Sometimes,
-        meaning: "the storage refuses a stale write",
-        expect: Expect::Holds,
-        condition: condition::stale_write_rejected,
-    },
-];
 
 catalog_entry! {
     /// The catalog entry.

@@ -7,7 +7,9 @@
 //! front of a non-idempotent job does not save it: a run that outlives its lease lets another
 //! instance run too. The lock is an optimisation; idempotence is the correctness rule.
 
-use super::{declared_properties, Declared, Declares, Expect, Expected, Narrate, Params, Step};
+use super::{
+    declared_properties, prop, Declared, Declares, Expect, Expected, Narrate, Params, Step,
+};
 use crate::protocol::{Acquire, LeaseTable};
 use stateright::{Expectation, Model, Property};
 
@@ -200,7 +202,7 @@ const EXACTLY_ONCE: &str = "the run's effect is stored as if the job ran once";
 /// Every property of this model, declared once.
 const DECLARED: &[Declared<JobModel>] = &[
     Declared {
-        name: "effect_exactly_once",
+        name: prop::EFFECT_EXACTLY_ONCE,
         kind: Expectation::Always,
         meaning: EXACTLY_ONCE,
         expect: Expect::When {

@@ -21,7 +21,9 @@
 //! No kube-apiserver runs here, so these models are not tested against a real server.
 
 use super::Step;
-use super::{declared_properties, meaning, Declared, Declares, Expect, Expected, Narrate, Params};
+use super::{
+    declared_properties, meaning, prop, Declared, Declares, Expect, Expected, Narrate, Params,
+};
 use crate::protocol::{
     one_leader_per_term, Attempt, ElectionTiming, Elector, Fence, FencePolicy, LeaseObject,
     LeaseOrder, LeaseRecord, Token,
@@ -413,7 +415,7 @@ const DECLARED: &[Declared<K8sLeaseModel>] = &[
         condition: |_: &K8sLeaseModel, s: &K8sLeaseState| s.leaders() <= 1,
     },
     Declared {
-        name: "storage_in_lease_order",
+        name: prop::STORAGE_IN_LEASE_ORDER,
         kind: Expectation::Always,
         meaning: meaning::STORAGE_IN_LEASE_ORDER,
         expect: Expect::When {
@@ -426,21 +428,21 @@ const DECLARED: &[Declared<K8sLeaseModel>] = &[
         condition: |_: &K8sLeaseModel, s: &K8sLeaseState| s.lease_order.holds(),
     },
     Declared {
-        name: "one_leader_per_term",
+        name: prop::ONE_LEADER_PER_TERM,
         kind: Expectation::Always,
         meaning: "no two candidates take the Lease with the same leaseTransitions",
         expect: Expect::Holds,
         condition: |_: &K8sLeaseModel, s: &K8sLeaseState| one_leader_per_term(&s.wins).is_ok(),
     },
     Declared {
-        name: "leader_elected",
+        name: prop::LEADER_ELECTED,
         kind: Expectation::Sometimes,
         meaning: "some candidate takes the Lease",
         expect: Expect::Holds,
         condition: |_: &K8sLeaseModel, s: &K8sLeaseState| !s.wins.is_empty(),
     },
     Declared {
-        name: "leadership_changes",
+        name: prop::LEADERSHIP_CHANGES,
         kind: Expectation::Sometimes,
         meaning: "a second candidate takes the Lease after the first",
         expect: Expect::Holds,
@@ -449,7 +451,7 @@ const DECLARED: &[Declared<K8sLeaseModel>] = &[
         },
     },
     Declared {
-        name: "write_accepted",
+        name: prop::WRITE_ACCEPTED,
         kind: Expectation::Sometimes,
         meaning: meaning::WRITE_ACCEPTED,
         expect: Expect::Holds,

@@ -9,7 +9,7 @@
 //! late write lands after its successor's.
 
 use super::{
-    declared_properties, Declared, Declares, Expect, Expected, Mutant, Narrate, Params, Step,
+    declared_properties, prop, Declared, Declares, Expect, Expected, Mutant, Narrate, Params, Step,
 };
 use crate::protocol::{
     one_leader_per_term, Campaign, Fence, FencePolicy, LeaseOrder, TermRegister, Token,
@@ -253,14 +253,14 @@ not_symmetric!(ElectionModel, ElectionState);
 /// Every property of this model, declared once.
 const DECLARED: &[Declared<ElectionModel>] = &[
     Declared {
-        name: "one_leader_per_term",
+        name: prop::ONE_LEADER_PER_TERM,
         kind: Expectation::Always,
         meaning: "no two candidates win the same term",
         expect: Expect::Holds,
         condition: |_: &ElectionModel, s: &ElectionState| one_leader_per_term(&s.wins).is_ok(),
     },
     Declared {
-        name: "storage_in_lease_order",
+        name: prop::STORAGE_IN_LEASE_ORDER,
         kind: Expectation::Always,
         meaning: "storage never accepts an older term's write after a newer term's",
         expect: Expect::When {
@@ -273,7 +273,7 @@ const DECLARED: &[Declared<ElectionModel>] = &[
         condition: |_: &ElectionModel, s: &ElectionState| s.lease_order.holds(),
     },
     Declared {
-        name: "single_believer",
+        name: prop::SINGLE_BELIEVER,
         kind: Expectation::Always,
         meaning: "at most one candidate believes it leads (a deposed leader may not know)",
         expect: Expect::Violated,
@@ -286,14 +286,14 @@ const DECLARED: &[Declared<ElectionModel>] = &[
         },
     },
     Declared {
-        name: "leader_elected",
+        name: prop::LEADER_ELECTED,
         kind: Expectation::Sometimes,
         meaning: "some candidate wins",
         expect: Expect::Holds,
         condition: |_: &ElectionModel, s: &ElectionState| !s.wins.is_empty(),
     },
     Declared {
-        name: "leadership_changes",
+        name: prop::LEADERSHIP_CHANGES,
         kind: Expectation::Sometimes,
         meaning: "a second term is won",
         expect: Expect::Holds,

@@ -65,6 +65,34 @@ pub(crate) fn nobody_or(names: &[String]) -> String {
     }
 }
 
+/// Property names (DESIGN.md), one constant each, used by every model, test and report.
+pub mod prop {
+    /// Storage never accepts a write from an older lease after one from a newer lease.
+    pub const STORAGE_IN_LEASE_ORDER: &str = "storage_in_lease_order";
+    /// At most one client believes it holds the lease.
+    pub const SINGLE_BELIEVER: &str = "single_believer";
+    /// Every grant carries a token larger than every earlier grant's.
+    pub const TOKENS_INCREASE: &str = "tokens_increase";
+    /// Some write is eventually accepted on every path.
+    pub const PROGRESS: &str = "progress";
+    /// Some write is accepted (reachability).
+    pub const WRITE_ACCEPTED: &str = "write_accepted";
+    /// The lease is granted a second time (reachability).
+    pub const LEASE_REGRANTED: &str = "lease_regranted";
+    /// The storage rejects a stale write (reachability).
+    pub const STALE_WRITE_REJECTED: &str = "stale_write_rejected";
+    /// No work runs under a lease once a later lease has been granted.
+    pub const WORK_STOPPED_BEFORE_SUCCESSOR: &str = "work_stopped_before_successor";
+    /// At most one leader per term.
+    pub const ONE_LEADER_PER_TERM: &str = "one_leader_per_term";
+    /// The job's effect is stored exactly once.
+    pub const EFFECT_EXACTLY_ONCE: &str = "effect_exactly_once";
+    /// Some leader is elected (reachability).
+    pub const LEADER_ELECTED: &str = "leader_elected";
+    /// Leadership passes to another node (reachability).
+    pub const LEADERSHIP_CHANGES: &str = "leadership_changes";
+}
+
 pub mod check_before_write;
 pub mod consul_session;
 pub mod fenced;

@@ -8,7 +8,9 @@
 //! And the per-node counters do not make a fencing token: taking the largest counter among a
 //! majority's grants repeats a token (`tokens_increase` violated).
 
-use super::{declared_properties, Declared, Declares, Expect, Expected, Narrate, Params, Step};
+use super::{
+    declared_properties, prop, Declared, Declares, Expect, Expected, Narrate, Params, Step,
+};
 use crate::protocol::{Acquire, LeaseOrder, LeaseTable, Token, TokenOrder};
 use stateright::{Expectation, Model, Property};
 
@@ -310,14 +312,14 @@ const DECLARED: &[Declared<RedlockModel>] = &[
         },
     },
     Declared {
-        name: "storage_in_lease_order",
+        name: prop::STORAGE_IN_LEASE_ORDER,
         kind: Expectation::Always,
         meaning: "storage (no fencing) never stores an older holder's write after a newer one's",
         expect: Expect::Violated,
         condition: |_: &RedlockModel, s: &RedlockState| s.lease_order.holds(),
     },
     Declared {
-        name: "tokens_increase",
+        name: prop::TOKENS_INCREASE,
         kind: Expectation::Always,
         meaning: "the largest per-node counter of each new holder is larger than the last",
         expect: Expect::Violated,

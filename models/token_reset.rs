@@ -20,7 +20,7 @@
 //! lease order. Only a counter that survives the restart keeps fencing sound.
 
 use super::{
-    declared_properties, meaning, Declared, Declares, Expect, Expected, Narrate, Params, Step,
+    declared_properties, meaning, prop, Declared, Declares, Expect, Expected, Narrate, Params, Step,
 };
 use crate::protocol::{Acquire, Fence, LeaseOrder, LeaseTable, Token, TokenOrder};
 use stateright::{Expectation, Model, Property};
@@ -251,7 +251,7 @@ not_symmetric!(TokenResetModel, ResetState);
 /// Every property of this model, declared once.
 const DECLARED: &[Declared<TokenResetModel>] = &[
     Declared {
-        name: "tokens_increase",
+        name: prop::TOKENS_INCREASE,
         kind: Expectation::Always,
         meaning: meaning::TOKENS_INCREASE,
         expect: Expect::When {
@@ -267,7 +267,7 @@ const DECLARED: &[Declared<TokenResetModel>] = &[
         condition: |_: &TokenResetModel, s: &ResetState| s.tokens.holds(),
     },
     Declared {
-        name: "storage_in_lease_order",
+        name: prop::STORAGE_IN_LEASE_ORDER,
         kind: Expectation::Always,
         meaning: meaning::STORAGE_IN_LEASE_ORDER,
         expect: Expect::When {
@@ -283,7 +283,7 @@ const DECLARED: &[Declared<TokenResetModel>] = &[
         condition: |_: &TokenResetModel, s: &ResetState| s.lease_order.holds(),
     },
     Declared {
-        name: "progress",
+        name: prop::PROGRESS,
         kind: Expectation::Eventually,
         meaning: "every client's write is eventually stored",
         expect: Expect::When {

@@ -5,10 +5,9 @@
 //! believe at once (`single_believer` violated) and the storage accepts the paused holder's late
 //! write after the new holder's (`storage_in_lease_order` violated).
 
-use super::lease_service::{condition, prop, LeaseModel, LeaseServiceCfg};
-use super::{meaning, Declared, Expect, Mutant, Params};
+use super::lease_service::{LeaseModel, LeaseServiceCfg};
+use super::{Mutant, Params};
 use crate::protocol::FencePolicy;
-use stateright::Expectation;
 
 /// The catalog name.
 pub const NAME: &str = "ttl-only";
@@ -56,52 +55,6 @@ impl TtlOnlyModelCfg {
         .into_model()
     }
 }
-
-/// Every property of the TTL-only model, declared once.
-pub const DECLARED: &[Declared<LeaseModel>] = &[
-    Declared {
-        name: prop::STORAGE_IN_LEASE_ORDER,
-        kind: Expectation::Always,
-        meaning: meaning::STORAGE_IN_LEASE_ORDER,
-        expect: Expect::Violated,
-        condition: condition::in_lease_order,
-    },
-    Declared {
-        name: prop::SINGLE_BELIEVER,
-        kind: Expectation::Always,
-        meaning: meaning::SINGLE_BELIEVER,
-        expect: Expect::Violated,
-        condition: condition::single_believer,
-    },
-    Declared {
-        name: prop::PROGRESS,
-        kind: Expectation::Eventually,
-        meaning: "every complete run stores some write",
-        expect: Expect::Holds,
-        condition: condition::write_stored,
-    },
-    Declared {
-        name: prop::WRITE_ACCEPTED,
-        kind: Expectation::Sometimes,
-        meaning: meaning::WRITE_ACCEPTED,
-        expect: Expect::Holds,
-        condition: condition::write_stored,
-    },
-    Declared {
-        name: prop::LEASE_REGRANTED,
-        kind: Expectation::Sometimes,
-        meaning: meaning::LEASE_REGRANTED,
-        expect: Expect::Holds,
-        condition: condition::regranted,
-    },
-    Declared {
-        name: prop::STALE_WRITE_REJECTED,
-        kind: Expectation::Sometimes,
-        meaning: "the storage refuses a stale write (never, without fencing)",
-        expect: Expect::Violated,
-        condition: condition::stale_write_rejected,
-    },
-];
 
 catalog_entry! {
     /// The catalog entry.

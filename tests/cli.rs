@@ -368,9 +368,15 @@ fn report_regenerates_the_files_and_keeps_bench_md_without_estimates() {
         dir.to_str().unwrap(),
         "--criterion",
         empty.to_str().unwrap(),
+        "--models-doc",
+        dir.join("docs/catalog.md").to_str().unwrap(),
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(stderr(&out).contains("no criterion results under"));
+    assert_eq!(
+        std::fs::read_to_string(dir.join("docs/catalog.md")).unwrap(),
+        fencecheck::report::catalog_markdown()
+    );
     for f in ["models.json", "models.md", "report.html", "README.md"] {
         assert!(dir.join(f).is_file(), "{f}");
     }

@@ -2,12 +2,13 @@
 //! ([`AnyLock`]) that implements [`LockService`]. `fencecheck run`, `demo` and the test workers all
 //! connect through [`connect`], so the list of backends is written once.
 
+use super::contract::{Acquired, BackendError, Grant, Holder, LockService};
+use super::etcd::{EtcdLock, EtcdOptions};
 use super::raft::{RaftLock, RaftOptions};
-use super::{
-    Acquired, BackendError, EtcdLock, EtcdOptions, Grant, Holder, LockService, RedisLock,
-    RedisOptions, Ttl, ZkLock, ZkOptions,
-};
+use super::redis::{RedisLock, RedisOptions};
+use super::zookeeper::{ZkLock, ZkOptions};
 use crate::protocol::Token;
+use crate::protocol::Ttl;
 use std::time::Duration;
 
 /// Where a lock service lives.

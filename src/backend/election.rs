@@ -6,7 +6,8 @@
 //! leads), so the term is the leader key's create revision. Carry the term to every write the
 //! leader makes, as a fencing token: a deposed leader's late writes are then refused.
 
-use super::{hold, BackendError, HeldLease, Holder, KeepaliveOptions, LockService, LostReason};
+use super::contract::{BackendError, Holder, LockService};
+use super::keepalive::{hold, HeldLease, KeepaliveOptions, LostReason};
 use crate::protocol::Token;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

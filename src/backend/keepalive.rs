@@ -4,7 +4,7 @@
 //! losses, and [`HeldLease::next_stop`] says when to ask the work to stop and when to kill it —
 //! the same machine `fencecheck run` drives and the `keepalive` models check.
 
-use super::{Grant, LockService};
+use super::contract::{Grant, LockService};
 use crate::protocol::{Holder, Phase, Renewals, ScheduleError, Step, StopPolicy, Token};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

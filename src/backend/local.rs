@@ -1,10 +1,11 @@
 //! The in-process lock and storage behind the backend-neutral traits, so code (and the contract
 //! tests) written against [`LockService`] and [`FencedStorage`] run the same without a server.
 
-use super::{
-    Acquired, BackendError, FencedStorage, Grant, Holder, LockService, Stored, Ttl, WriteOutcome,
+use super::contract::{
+    Acquired, BackendError, FencedStorage, Grant, Holder, LockService, Stored, WriteOutcome,
 };
 use crate::local::{Clock, LeaseLock, SystemClock};
+use crate::protocol::Ttl;
 use crate::protocol::{Acquire, Fence, FencePolicy, LeaseError, Token};
 use crate::sync::Mutex;
 use std::collections::HashMap;

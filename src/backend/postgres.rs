@@ -1,7 +1,7 @@
 //! PostgreSQL fenced storage: a conditional upsert that stores a write only if its token is not
 //! older than the row's, and a guard that fences any writes inside the caller's own transaction.
 
-use super::{validate_name, BackendError, FencedStorage, Stored, WriteOutcome};
+use super::contract::{validate_name, BackendError, FencedStorage, Stored, WriteOutcome};
 use crate::protocol::{FencePolicy, StaleWrite, Token};
 use std::future::Future;
 use std::time::Duration;
@@ -119,7 +119,7 @@ impl PgFencedStore {
             })
             .collect::<Vec<_>>()
             .join(",");
-        let (client, connection) = super::bounded_connect(
+        let (client, connection) = super::contract::bounded_connect(
             BACKEND,
             target,
             timeout,
@@ -230,7 +230,7 @@ impl PgFencedStore {
         .await?;
         Ok(WriteOutcome::Stale(StaleWrite {
             token,
-            highest: super::server_token(BACKEND, "write", row.get::<_, i64>(0))?,
+            highest: super::contract::server_token(BACKEND, "write", row.get::<_, i64>(0))?,
         }))
     }
 
@@ -288,7 +288,7 @@ impl FencedStorage for PgFencedStore {
         rows.first()
             .map(|row| {
                 Ok(Stored {
-                    token: super::server_token(BACKEND, "read", row.get::<_, i64>(0))?,
+                    token: super::contract::server_token(BACKEND, "read", row.get::<_, i64>(0))?,
                     value: row.get::<_, Vec<u8>>(1),
                 })
             })

@@ -14,11 +14,12 @@
 //! the older last (the `token-reset` model). Raising the counter afterwards
 //! ([`RedisLock::raise_token_floor`]) restores progress, not that safety: persist the counter.
 
-use super::redis_conn::Dedicated;
-use super::{
-    validate_name, Acquired, BackendError, FencedStorage, Grant, Holder, LockService, Stored, Ttl,
+use super::contract::{
+    validate_name, Acquired, BackendError, FencedStorage, Grant, Holder, LockService, Stored,
     WriteOutcome,
 };
+use super::redis_conn::Dedicated;
+use crate::protocol::Ttl;
 use crate::protocol::{FencePolicy, StaleWrite, Token};
 use redis::Script;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -169,7 +170,7 @@ impl Conn {
             empty => {
                 let bound = self.options.connect_timeout + self.options.response_timeout;
                 let connecting = Dedicated::connect(&self.info, self.options.response_timeout);
-                let conn = super::bounded_connect(
+                let conn = super::contract::bounded_connect(
                     BACKEND,
                     self.target.clone(),
                     bound,
@@ -478,5 +479,5 @@ fn describe(e: &redis::RedisError) -> String {
                 or TLS port answers like this)"
             .into();
     }
-    super::one_line(&text)
+    super::contract::one_line(&text)
 }

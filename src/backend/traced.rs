@@ -6,7 +6,10 @@
 //! A request that fails (a timeout, a lost connection) is recorded as sent and never answered,
 //! which the model reads as a request the server may or may not have handled.
 
-use super::{Acquired, BackendError, FencedStorage, Grant, Holder, LockService, Ttl, WriteOutcome};
+use super::contract::{
+    Acquired, BackendError, FencedStorage, Grant, Holder, LockService, WriteOutcome,
+};
+use crate::protocol::Ttl;
 use crate::protocol::{Observed, Token, Trace};
 use crate::sync::Mutex;
 use std::io::Write;

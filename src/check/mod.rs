@@ -5,14 +5,15 @@ pub mod campaign;
 mod catalog;
 pub mod explore;
 pub mod linearize;
+mod params;
 mod run;
 mod shortest;
 pub mod trace;
+pub mod verify;
 
 pub use crate::models::Params;
-pub use catalog::{
-    catalog, find_model, CheckFn, ModelEntry, ParamsError, MAX_CLIENTS, MAX_RETRIES, MAX_WRITES,
-};
+pub use catalog::{catalog, find_model, CheckFn, ModelEntry};
+pub use params::{ParamsError, MAX_CLIENTS, MAX_RETRIES, MAX_WRITES};
 pub use run::{
     check_model, CheckError, Engine, ModelRun, Options, Progress, PropertyResult, Verdict,
 };

@@ -1,7 +1,7 @@
 //! One exhaustive check of one model, and its verdicts against the model's declarations.
 
-use super::catalog::ParamsError;
 use super::explore;
+use super::params::ParamsError;
 use super::shortest::{shortest_counterexamples, Counterexample};
 use crate::models::{Declares, Expected, Narrate, PropertySpec, Symmetric};
 use serde::Serialize;

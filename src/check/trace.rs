@@ -13,8 +13,7 @@
 //! memoised and bounded ([`Replay::max_states`]); a trace it cannot finish is an error, never a
 //! pass.
 
-use crate::client::Busy;
-use crate::models::lease_service::{client_id, serve, store, Msg, Node, Writer};
+use crate::models::lease_service::{client_id, serve, store, Busy, Msg, Node, Writer};
 use crate::protocol::{Fence, FencePolicy, LeaseTable, Observed, Token, Trace, TraceEvent};
 use stateright::actor::{Command, Id, Out};
 use std::collections::HashSet;

@@ -176,7 +176,7 @@ pub(super) fn run(args: CheckArgs) -> Result<ExitCode, UsageError> {
         Ok(runs) => runs,
         Err(e) => {
             eprintln!("error: {e}");
-            return Ok(ExitCode::from(1));
+            return Ok(super::exit::code(super::exit::CHECK_FAILED));
         }
     };
     for run in &mut runs {
@@ -210,7 +210,7 @@ pub(super) fn run(args: CheckArgs) -> Result<ExitCode, UsageError> {
     let incomplete = runs.iter().any(|r| !r.complete);
     Ok(
         if mismatches > 0 || (incomplete && !args.allow_incomplete) {
-            ExitCode::from(1)
+            super::exit::code(super::exit::CHECK_FAILED)
         } else {
             ExitCode::SUCCESS
         },

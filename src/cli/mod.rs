@@ -4,6 +4,7 @@
 mod check;
 #[cfg(feature = "backends")]
 mod demo;
+mod exit;
 #[cfg(feature = "backends")]
 mod floor;
 #[cfg(feature = "backends")]
@@ -213,7 +214,7 @@ pub fn main() -> ExitCode {
                     "error: no command given; expected one of: {} (see `fencecheck --help`)",
                     commands.join(", ")
                 );
-                return ExitCode::from(2);
+                return exit::code(exit::USAGE);
             }
             // One line: clap's own message without the usage block that follows it.
             let rendered = err.render().to_string();
@@ -224,14 +225,14 @@ pub fn main() -> ExitCode {
                 .filter(|l| !l.is_empty())
                 .collect();
             eprintln!("{} (see `fencecheck --help`)", message.join("; "));
-            return ExitCode::from(2);
+            return exit::code(exit::USAGE);
         }
     };
     let result = match cli.command {
         Command::Check(args) => check::run(args),
         Command::List => {
             check::list();
-            Ok(ExitCode::SUCCESS)
+            Ok(exit::code(exit::OK))
         }
         Command::Explore(args) => check::explore(args),
         #[cfg(feature = "backends")]
@@ -249,7 +250,7 @@ pub fn main() -> ExitCode {
     };
     result.unwrap_or_else(|UsageError(message)| {
         eprintln!("error: {message}");
-        ExitCode::from(2)
+        exit::code(exit::USAGE)
     })
 }
 

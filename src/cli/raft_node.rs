@@ -2,7 +2,7 @@
 
 use super::{parse_duration, UsageError};
 use clap::Args;
-use fencecheck::backend::raft::{serve, NodeOptions};
+use fencecheck::raftdb::{serve, NodeOptions};
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -107,7 +107,7 @@ pub(super) fn run(args: RaftNodeArgs) -> Result<ExitCode, UsageError> {
         Ok(()) => Ok(ExitCode::SUCCESS),
         Err(e) => {
             eprintln!("error: {e}");
-            Ok(ExitCode::from(69))
+            Ok(super::exit::code(super::exit::UNAVAILABLE))
         }
     }
 }

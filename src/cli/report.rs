@@ -16,6 +16,9 @@ pub(super) struct ReportArgs {
     /// Where criterion saved its estimates.
     #[arg(long, value_name = "DIR", default_value = "target/criterion")]
     criterion: PathBuf,
+    /// Where the catalog reference (generated from the models' declarations) is written.
+    #[arg(long, value_name = "FILE", default_value = report::CATALOG_DOC)]
+    models_doc: PathBuf,
     /// A cargo-mutants output directory to summarise in mutants.md (after `cargo mutants`).
     #[arg(long, value_name = "DIR", default_value = "mutants.out")]
     mutants: PathBuf,
@@ -50,13 +53,27 @@ pub(super) fn run(args: ReportArgs) -> Result<ExitCode, UsageError> {
             args.out.display()
         ))
     })?;
+    if let Some(dir) = args
+        .models_doc
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+    {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            UsageError(format!(
+                "--models-doc {}: cannot create {}: {e}",
+                args.models_doc.display(),
+                dir.display()
+            ))
+        })?;
+    }
+    write_file(&args.models_doc, &report::catalog_markdown())?;
     let meta = Meta::collect();
     let entries: Vec<_> = catalog().iter().map(|e| (e, (e.defaults)())).collect();
     let runs = match run_models(&entries, &Options::default()) {
         Ok(runs) => runs,
         Err(e) => {
             eprintln!("error: {e}");
-            return Ok(ExitCode::from(1));
+            return Ok(super::exit::code(super::exit::CHECK_FAILED));
         }
     };
 
@@ -121,6 +138,6 @@ pub(super) fn run(args: ReportArgs) -> Result<ExitCode, UsageError> {
     Ok(if all_match {
         ExitCode::SUCCESS
     } else {
-        ExitCode::from(1)
+        super::exit::code(super::exit::CHECK_FAILED)
     })
 }

@@ -13,15 +13,10 @@ use std::sync::Arc;
 use std::time::Duration;
 use std::time::Instant;
 
-/// Exit status when the lock is held by someone else (and `--wait` did not get it).
-pub(super) const EXIT_LOCK_BUSY: u8 = 75;
-/// Exit status when the lease was lost while the command ran and the command was terminated.
-pub(super) const EXIT_LEASE_LOST: u8 = 76;
-/// Exit status when the lock service could not be used (unreachable, timed out, refused).
-pub(super) const EXIT_BACKEND: u8 = 69;
-/// Exit status when the lock service granted a token not above one an earlier run on this machine
-/// was granted (its counter was lost); the command was not run.
-pub(super) const EXIT_TOKEN_REGRESSED: u8 = 78;
+use super::exit::{
+    HELD_ELSEWHERE as EXIT_LOCK_BUSY, LEASE_LOST as EXIT_LEASE_LOST,
+    TOKEN_RESET as EXIT_TOKEN_REGRESSED, UNAVAILABLE as EXIT_BACKEND,
+};
 
 /// Where the lock lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -205,7 +200,8 @@ fn check_args(args: &RunArgs) -> Result<(), UsageError> {
             "--timeout 0s: expected a positive bound on each request, such as 2s".into(),
         ));
     }
-    fencecheck::backend::Ttl::new(args.ttl).map_err(|e| UsageError(e.to_string()))?;
+    fencecheck::backend::Ttl::new(args.ttl)
+        .map_err(|e| UsageError(fencecheck::backend::BackendError::from(e).to_string()))?;
     let drift = args.drift.unwrap_or_else(|| default_drift(args.ttl));
     StopPolicy::new(args.ttl, drift, grace_for(args, args.ttl)).map_err(|e| {
         let flag = match e {

@@ -391,7 +391,7 @@ pub(super) fn run(args: TortureArgs) -> Result<ExitCode, UsageError> {
             "{} of {} trials broke a rule (see above)",
             totals.violated, totals.trials
         );
-        ExitCode::from(1)
+        super::exit::code(super::exit::CHECK_FAILED)
     } else {
         ExitCode::SUCCESS
     })

@@ -149,7 +149,7 @@ pub(super) fn run(args: ValidateArgs) -> Result<ExitCode, UsageError> {
         Err(e @ TraceError::ZeroTtl) => Err(UsageError(e.to_string())),
         Err(e) => {
             println!("{what}: NOT explained\n{e}");
-            Ok(ExitCode::from(1))
+            Ok(super::exit::code(super::exit::CHECK_FAILED))
         }
     }
 }

@@ -19,6 +19,7 @@ mod register;
 mod session;
 mod token;
 mod trace;
+mod ttl;
 
 pub use elector::{
     Attempt, Conflict, ElectionTiming, Elector, LeaseObject, LeaseRecord, TimingError,
@@ -35,3 +36,4 @@ pub use register::{Campaign, TermRegister};
 pub use session::{Refused, SessionLock};
 pub use token::{NegativeToken, Token, TokenExhausted, TokenIssuer};
 pub use trace::{Observed, Trace, TraceEvent};
+pub use ttl::{Ttl, TtlError, MAX_TTL};

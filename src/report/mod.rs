@@ -5,6 +5,7 @@
 
 mod bench;
 mod campaign;
+mod catalog;
 mod diagram;
 mod html;
 mod junit;
@@ -17,6 +18,7 @@ pub use bench::{
     SAME_RUN,
 };
 pub use campaign::{campaign_html, campaign_markdown, trial_svg};
+pub use catalog::{catalog_markdown, CATALOG_DOC};
 pub use diagram::{mermaid, sequence_svg};
 pub use html::html;
 pub use junit::junit;

@@ -20,9 +20,10 @@
 
 pub mod rpc;
 
+use super::contract::{validate_name, Acquired, BackendError, Grant, Holder, LockService};
 use super::queue::{entry_value, owner_of, split_value, Ledger};
-use super::{validate_name, Acquired, BackendError, Grant, Holder, LockService, Ttl};
 use crate::protocol::Token;
+use crate::protocol::Ttl;
 use crate::sync::Mutex;
 use rpc::{Compare, KeyValue, RangeRequest, RequestOp, TxnRequest, TxnResponse};
 use std::collections::HashMap;
@@ -406,7 +407,7 @@ impl EtcdLock {
             .await?
             .iter()
             .find(|kv| {
-                super::is_token(kv.create_revision, token)
+                super::contract::is_token(kv.create_revision, token)
                     && split_value(&String::from_utf8_lossy(&kv.value)).0 == owner
             })
             .map(|kv| Held {
@@ -418,7 +419,7 @@ impl EtcdLock {
     /// Whether `key` still exists with create revision `token` and is the lowest under the prefix.
     async fn still_first(&self, key: &str, token: Token) -> Result<bool, BackendError> {
         Ok(Self::lowest(&self.keys(true).await?)
-            .is_some_and(|(k, rev, _)| k == key && super::is_token(rev, token)))
+            .is_some_and(|(k, rev, _)| k == key && super::contract::is_token(rev, token)))
     }
 
     /// Renews the lease of a contender waiting in line; when it was sent. An error when the
@@ -459,7 +460,7 @@ impl LockService for EtcdLock {
 
     async fn try_acquire(&self, owner: &str) -> Result<Acquired, BackendError> {
         let (lease, key, revision, lowest, sent_at) = self.enqueue(owner).await?;
-        let token = super::server_token(BACKEND, "acquire", revision)?;
+        let token = super::contract::server_token(BACKEND, "acquire", revision)?;
         if self.holds_already(owner, token) {
             return Ok(Acquired::Busy {
                 holder: Some(owner.to_string()),
@@ -484,7 +485,7 @@ impl LockService for EtcdLock {
     async fn acquire(&self, owner: &str, timeout: Duration) -> Result<Option<Grant>, BackendError> {
         let deadline = Instant::now() + timeout;
         let (lease, key, revision, lowest, sent_at) = self.enqueue(owner).await?;
-        let token = super::server_token(BACKEND, "acquire", revision)?;
+        let token = super::contract::server_token(BACKEND, "acquire", revision)?;
         if self.holds_already(owner, token) {
             return Ok(None);
         }
@@ -539,7 +540,7 @@ impl LockService for EtcdLock {
         Ok(Some(Holder {
             value: split_value(&value).1.map(String::from),
             owner: owner_of(&key, &value),
-            token: super::server_token(BACKEND, "holder", rev)?,
+            token: super::contract::server_token(BACKEND, "holder", rev)?,
         }))
     }
 

@@ -30,15 +30,21 @@
 //! A lock name that starts with `/` is used as the lock's path (give Curator's path to share a
 //! lock with Curator); any other name `NAME` lives at `/fencecheck/NAME`.
 
+use super::contract::{Acquired, BackendError, Grant, Holder, LockService};
 use super::queue::{entry_value, owner_of, position, split_value, Ledger, Position};
-use super::{validate_name, Acquired, BackendError, Grant, Holder, LockService, Ttl};
 use crate::protocol::Token;
+use crate::protocol::Ttl;
 use crate::sync::Mutex;
 use std::collections::HashMap;
-use std::future::Future;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use zookeeper_client::{Acls, Client, CreateMode, Error as ZkError};
+
+mod path;
+mod session;
+
+use path::{contenders, lock_path, name_of};
+use session::{validate_connect, Sessions};
 
 const BACKEND: &str = "zookeeper";
 /// The lock name Curator's `InterProcessMutex` and `LeaderSelector` use in their node names.
@@ -63,15 +69,6 @@ impl Default for ZkOptions {
         }
     }
 }
-
-/// An owner's session and the instant this process closes it unless the owner asks again.
-struct Session {
-    client: Client,
-    id: i64,
-    close_at: Instant,
-}
-
-type Sessions = Mutex<HashMap<String, Session>>;
 
 /// The node and session behind a lease this lock instance granted.
 #[derive(Clone, Debug)]
@@ -104,130 +101,6 @@ fn text(data: &[u8]) -> std::borrow::Cow<'_, str> {
     String::from_utf8_lossy(data)
 }
 
-/// A node's name: the last part of its path.
-fn name_of(node: &str) -> &str {
-    node.rsplit('/').next().unwrap_or_default()
-}
-
-/// The lock's contenders among `children`, lowest sequence first: Curator's rule (names that
-/// contain `lock-`, ordered by the ten-digit suffix).
-fn contenders(mut children: Vec<String>) -> Vec<String> {
-    children.retain(|c| {
-        c.contains(LOCK_NAME)
-            && c.len() >= SEQUENCE_LEN
-            && c.is_char_boundary(c.len() - SEQUENCE_LEN)
-            && c[c.len() - SEQUENCE_LEN..].parse::<u32>().is_ok()
-    });
-    children.sort_by(|a, b| a[a.len() - SEQUENCE_LEN..].cmp(&b[b.len() - SEQUENCE_LEN..]));
-    children
-}
-
-/// The lock's path for `name`: the name itself when it is an absolute ZooKeeper path, else
-/// `/fencecheck/NAME`. Checks what ZooKeeper would refuse.
-fn lock_path(name: &str) -> Result<String, BackendError> {
-    validate_name("lock name", name)?;
-    let path = if name.starts_with('/') {
-        name.to_string()
-    } else {
-        format!("/fencecheck/{name}")
-    };
-    let bad = |reason: String| Err(BackendError::invalid("lock name", reason));
-    if path.len() > 1 && path.ends_with('/') {
-        return bad(format!(
-            "{name:?} ends with '/'; expected a path such as /locks/nightly"
-        ));
-    }
-    for part in path[1..].split('/') {
-        if part.is_empty() || part == "." || part == ".." {
-            return bad(format!(
-                "{name:?} has an empty, '.' or '..' path component; expected a path such as \
-                 /locks/nightly"
-            ));
-        }
-    }
-    // The characters ZooKeeper refuses in a path (its PathUtils): controls, and what Java holds as
-    // surrogates or private use (every character beyond U+FFFF, such as emoji).
-    let refused = |c: char| {
-        c <= '\u{1f}'
-            || ('\u{7f}'..='\u{9f}').contains(&c)
-            || ('\u{e000}'..='\u{f8ff}').contains(&c)
-            || c >= '\u{fff0}'
-    };
-    if let Some(c) = path.chars().find(|&c| refused(c)) {
-        return bad(format!(
-            "{name:?} contains {c:?} (U+{:04X}), which ZooKeeper refuses in a path: control \
-             characters, U+E000-U+F8FF and everything from U+FFF0 (emoji included)",
-            u32::from(c)
-        ));
-    }
-    if path == "/" || path == "/zookeeper" || path.starts_with("/zookeeper/") {
-        return bad(format!("{name:?} is reserved by ZooKeeper"));
-    }
-    Ok(path)
-}
-
-/// Checks a connect string: `HOST:PORT[,HOST:PORT...]`, no chroot.
-fn validate_connect(connect: &str) -> Result<(), BackendError> {
-    if connect.trim().is_empty() {
-        return Err(BackendError::invalid(
-            "ZooKeeper connect string",
-            "it is empty; expected HOST:PORT[,HOST:PORT...] such as 127.0.0.1:2181",
-        ));
-    }
-    for server in connect.split(',') {
-        if server.contains("://") {
-            return Err(BackendError::invalid(
-                "ZooKeeper connect string",
-                format!(
-                    "{server:?} in {connect:?} has a scheme; expected HOST:PORT[,HOST:PORT...]"
-                ),
-            ));
-        }
-        let ok = server.rsplit_once(':').is_some_and(|(host, port)| {
-            !host.is_empty() && !host.contains('/') && port.parse::<u16>().is_ok_and(|p| p > 0)
-        });
-        if !ok {
-            return Err(BackendError::invalid(
-                "ZooKeeper connect string",
-                format!("{server:?} in {connect:?}; expected HOST:PORT[,HOST:PORT...]"),
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// Closes `owner`'s session (`id`) once its close time passes without a new request.
-async fn close_when_idle(sessions: Weak<Sessions>, owner: String, id: i64) {
-    loop {
-        let Some(map) = sessions.upgrade() else {
-            return;
-        };
-        let close_at = match map.lock().get(&owner) {
-            Some(s) if s.id == id => s.close_at,
-            _ => return,
-        };
-        drop(map);
-        if Instant::now() >= close_at {
-            let Some(map) = sessions.upgrade() else {
-                return;
-            };
-            let mut map = map.lock();
-            if map
-                .get(&owner)
-                .is_some_and(|s| s.id == id && Instant::now() >= s.close_at)
-            {
-                // Dropping the last handle closes the session; its lock node goes with it.
-                let closed = map.remove(&owner);
-                drop(map);
-                drop(closed);
-                return;
-            }
-            continue;
-        }
-        tokio::time::sleep_until(close_at.into()).await;
-    }
-}
-
 impl ZkLock {
     /// A lock named `name` with lease `ttl` on the ensemble at `connect` (`HOST:PORT,...`).
     pub async fn connect(connect: &str, name: &str, ttl: Duration) -> Result<Self, BackendError> {
@@ -258,131 +131,9 @@ impl ZkLock {
         })
     }
 
-    /// Opens a session. A server that accepts the TCP connection but does not answer (stopped,
-    /// or not serving while the ensemble elects a leader) is left after a share of the connect
-    /// bound; while every server refuses, they are tried again until the bound passes.
-    async fn open(
-        connect: &str,
-        ttl: Duration,
-        options: ZkOptions,
-    ) -> Result<Client, BackendError> {
-        let servers = connect.split(',').count() as u32;
-        let per_server = (options.connect_timeout / (2 * servers))
-            .min(ttl * 2 / 5)
-            .max(Duration::from_millis(50));
-        let until = Instant::now() + options.connect_timeout;
-        let attempts = async {
-            let mut reconnect = super::retry::RECONNECT;
-            loop {
-                let attempt = Client::connector()
-                    .with_session_timeout(ttl)
-                    .with_connection_timeout(per_server)
-                    .with_fail_eagerly()
-                    .connect(connect)
-                    .await;
-                match attempt {
-                    Err(ZkError::NoHosts | ZkError::ConnectionLoss)
-                        if Instant::now() + Duration::from_millis(100) < until =>
-                    {
-                        reconnect.pause(Some(until)).await;
-                    }
-                    other => return other,
-                }
-            }
-        };
-        super::bounded_connect(
-            BACKEND,
-            connect.to_string(),
-            options.connect_timeout,
-            ToString::to_string,
-            attempts,
-        )
-        .await
-    }
-
     /// The lock's path in ZooKeeper (its nodes are its children).
     pub fn path(&self) -> &str {
         &self.dir
-    }
-
-    /// Runs one request bounded by the request timeout. A read (`idempotent`) that lost its
-    /// connection is sent again (the client reconnects to another server) until the bound.
-    async fn call<T, F, Fut>(
-        &self,
-        operation: &'static str,
-        idempotent: bool,
-        mut request: F,
-    ) -> Result<T, BackendError>
-    where
-        F: FnMut() -> Fut,
-        Fut: Future<Output = Result<T, ZkError>>,
-    {
-        let bound = self.options.request_timeout;
-        let attempts = async {
-            let mut resend = super::retry::RESEND;
-            loop {
-                match request().await {
-                    Err(ZkError::ConnectionLoss) if idempotent => {
-                        resend.pause(None).await;
-                    }
-                    other => return other,
-                }
-            }
-        };
-        tokio::time::timeout(bound, attempts)
-            .await
-            .map_err(|_| BackendError::Timeout {
-                backend: BACKEND,
-                operation,
-                after: bound,
-            })?
-            .map_err(|e| zk_err(operation, e))
-    }
-
-    /// `owner`'s session, opened if it has none (or its session ended), with its close time
-    /// pushed to a TTL from now: the send time of the request the caller makes next.
-    async fn session(&self, owner: &str) -> Result<(Client, i64, Instant), BackendError> {
-        validate_name("owner", owner)?;
-        {
-            let mut map = self.sessions.lock();
-            if let Some(s) = map.get_mut(owner) {
-                if !s.client.state().is_terminated() {
-                    let now = Instant::now();
-                    s.close_at = s.close_at.max(now + self.ttl.granted());
-                    return Ok((s.client.clone(), s.id, now));
-                }
-                map.remove(owner);
-            }
-        }
-        let sent_at = Instant::now();
-        let client = Self::open(&self.connect, self.ttl.granted(), self.options).await?;
-        let id = client.session_id().0;
-        self.sessions.lock().insert(
-            owner.to_string(),
-            Session {
-                client: client.clone(),
-                id,
-                close_at: sent_at + self.ttl.granted(),
-            },
-        );
-        tokio::spawn(close_when_idle(
-            Arc::downgrade(&self.sessions),
-            owner.to_string(),
-            id,
-        ));
-        Ok((client, id, sent_at))
-    }
-
-    /// `owner`'s current session if it is `id` and still open, its close time pushed a TTL on.
-    fn session_if(&self, owner: &str, id: i64) -> Option<(Client, Instant)> {
-        let mut map = self.sessions.lock();
-        let s = map.get_mut(owner).filter(|s| s.id == id)?;
-        if s.client.state().is_terminated() {
-            return None;
-        }
-        let now = Instant::now();
-        s.close_at = s.close_at.max(now + self.ttl.granted());
-        Some((s.client.clone(), now))
     }
 
     /// Creates our node (and the lock's path, the first time) and lists the contenders, the list
@@ -527,7 +278,7 @@ impl ZkLock {
         for name in contenders(self.children(&self.reader).await?) {
             let node = format!("{}/{name}", self.dir);
             match self.call("get", true, || self.reader.get_data(&node)).await {
-                Ok((data, stat)) if super::is_token(stat.czxid, token) => {
+                Ok((data, stat)) if super::contract::is_token(stat.czxid, token) => {
                     return Ok((split_value(&text(&data)).0 == owner).then_some(node));
                 }
                 Ok(_) => {}
@@ -547,7 +298,7 @@ impl LockService for ZkLock {
     async fn try_acquire(&self, owner: &str) -> Result<Acquired, BackendError> {
         let (client, session, sent_at) = self.session(owner).await?;
         let (node, czxid, contenders) = self.enqueue(&client, owner).await?;
-        let token = super::server_token(BACKEND, "acquire", czxid)?;
+        let token = super::contract::server_token(BACKEND, "acquire", czxid)?;
         if position(&contenders, name_of(&node)) == Position::First {
             return Ok(Acquired::Granted(
                 self.granted(owner, node, token, session, sent_at),
@@ -577,7 +328,7 @@ impl LockService for ZkLock {
         let deadline = Instant::now() + timeout;
         let (client, session, sent_at) = self.session(owner).await?;
         let (node, czxid, mut contenders) = self.enqueue(&client, owner).await?;
-        let token = super::server_token(BACKEND, "acquire", czxid)?;
+        let token = super::contract::server_token(BACKEND, "acquire", czxid)?;
         let mut sent_at = sent_at;
         let mut waited = false;
         loop {
@@ -664,7 +415,8 @@ impl LockService for ZkLock {
             .await
         {
             Ok(Some(stat))
-                if super::is_token(stat.czxid, token) && stat.ephemeral_owner == held.session =>
+                if super::contract::is_token(stat.czxid, token)
+                    && stat.ephemeral_owner == held.session =>
             {
                 Ok(Some(Grant {
                     token,
@@ -697,7 +449,7 @@ impl LockService for ZkLock {
         Ok(Some(Holder {
             value: split_value(&text(&data)).1.map(String::from),
             owner: owner_of(&name, &text(&data)),
-            token: super::server_token(BACKEND, "holder", czxid)?,
+            token: super::contract::server_token(BACKEND, "holder", czxid)?,
         }))
     }
 
@@ -755,63 +507,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn connect_strings_are_checked() {
-        assert!(validate_connect("127.0.0.1:2181").is_ok());
-        assert!(validate_connect("a:1,b:2,c:3").is_ok());
-        for bad in ["zk://127.0.0.1:2181", "h/chroot:2181"] {
-            assert!(validate_connect(bad).is_err(), "{bad}");
-        }
-        for bad in [
-            "",
-            " ",
-            "127.0.0.1",
-            ":2181",
-            "h:0",
-            "h:99999",
-            "a:1,",
-            "h:1/chroot",
-        ] {
-            let e = validate_connect(bad).unwrap_err().to_string();
-            assert!(e.contains("HOST:PORT"), "{bad:?}: {e}");
-        }
-    }
-
-    #[test]
-    fn lock_paths_follow_zookeeper_rules() {
-        assert_eq!(lock_path("nightly").unwrap(), "/fencecheck/nightly");
-        assert_eq!(lock_path("/locks/nightly").unwrap(), "/locks/nightly");
-        assert_eq!(lock_path("a/b").unwrap(), "/fencecheck/a/b");
-        assert_eq!(lock_path("é-ü").unwrap(), "/fencecheck/é-ü");
-        for refused in ["🔒", "a\u{fff5}b", "x\u{e000}"] {
-            let e = lock_path(refused).unwrap_err().to_string();
-            assert!(e.contains("ZooKeeper refuses"), "{e}");
-        }
-        for bad in ["/", "/a/", "/a//b", "a/../b", "/zookeeper/x", "", "a{b}"] {
-            assert!(lock_path(bad).is_err(), "{bad:?} accepted");
-        }
-    }
-
-    #[test]
-    fn contenders_are_curators_nodes_in_sequence_order() {
-        let names = vec![
-            "_c_b-lock-0000000003".to_string(),
-            "_c_a-lock-0000000001".to_string(),
-            "other-0000000000".to_string(),
-            "_c_x-lock-notanumber".to_string(),
-            "lock-0000000002".to_string(),
-        ];
-        assert_eq!(
-            contenders(names),
-            [
-                "_c_a-lock-0000000001",
-                "lock-0000000002",
-                "_c_b-lock-0000000003"
-            ]
-        );
-        assert_eq!(
-            name_of("/fencecheck/x/_c_a-lock-0000000001"),
-            "_c_a-lock-0000000001"
-        );
+    fn node_data_reads_as_text() {
         assert_eq!(text(b"w\nv"), "w\nv");
     }
 }

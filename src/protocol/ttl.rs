@@ -1,13 +1,28 @@
-//! A lease's time to live: checked once for every backend, and recording what the server grants.
+//! A lease's time to live: checked once for every caller (the command line, the in-process lock,
+//! every backend), and recording what the server grants.
 //!
 //! Backends count time differently: the in-process lock in nanoseconds, Redis in milliseconds
 //! (`PX`), etcd in whole seconds, ZooKeeper as a session timeout the server clamps to its own
 //! bounds. A holder must count its lease with the TTL the *server* uses, so each backend turns the
-//! asked-for TTL into the one it grants here, and every [`Grant`](super::Grant) carries that one.
+//! asked-for TTL into the one it grants here, and every grant a backend hands out carries that one.
 
-use super::{BackendError, MAX_TTL};
 use std::fmt;
 use std::time::Duration;
+
+/// The longest lease any backend accepts: a lease meant to outlive a crash by more than a day is a
+/// configuration mistake.
+pub const MAX_TTL: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// A TTL outside what a lease accepts. Its message names the value and what was expected.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TtlError {
+    /// Shorter than 1 ms.
+    #[error("{0:?} is shorter than 1 ms; a lease needs a positive TTL such as 30s")]
+    TooShort(Duration),
+    /// Longer than [`MAX_TTL`].
+    #[error("{0:?} is longer than the 24 h maximum; a crashed holder would block that long")]
+    TooLong(Duration),
+}
 
 /// A lease time to live: what was asked for (at least 1 ms, at most [`MAX_TTL`]) and what the
 /// backend grants for it.
@@ -21,20 +36,12 @@ impl Ttl {
     /// Checks `asked`: at least 1 ms (a lease needs a positive TTL), at most [`MAX_TTL`] (a
     /// crashed holder would block longer than a day). Granted as asked until a backend says
     /// otherwise.
-    pub fn new(asked: Duration) -> Result<Ttl, BackendError> {
+    pub fn new(asked: Duration) -> Result<Ttl, TtlError> {
         if asked < Duration::from_millis(1) {
-            return Err(BackendError::invalid(
-                "ttl",
-                format!("{asked:?} is shorter than 1 ms; a lease needs a positive TTL such as 30s"),
-            ));
+            return Err(TtlError::TooShort(asked));
         }
         if asked > MAX_TTL {
-            return Err(BackendError::invalid(
-                "ttl",
-                format!(
-                    "{asked:?} is longer than the 24 h maximum; a crashed holder would block that long"
-                ),
-            ));
+            return Err(TtlError::TooLong(asked));
         }
         Ok(Ttl {
             asked,
@@ -60,7 +67,7 @@ impl Ttl {
     /// The TTL as granted by a server that counts in whole `unit`s: the asked TTL rounded up to
     /// a whole number of them, at least one (never shorter than asked, so the holder's count
     /// never outlasts the server's).
-    pub(crate) fn in_units_of(self, unit: Duration) -> Ttl {
+    pub fn in_units_of(self, unit: Duration) -> Ttl {
         let units = self.asked.as_nanos().div_ceil(unit.as_nanos()).max(1);
         // At most MAX_TTL (a day) in units of at least 1 ms: far inside u32.
         let units = u32::try_from(units).unwrap_or(u32::MAX);
@@ -68,12 +75,12 @@ impl Ttl {
     }
 
     /// The number of whole `unit`s granted (after [`in_units_of`](Self::in_units_of)).
-    pub(crate) fn granted_units(self, unit: Duration) -> u64 {
+    pub fn granted_units(self, unit: Duration) -> u64 {
         u64::try_from(self.granted.as_nanos() / unit.as_nanos()).unwrap_or(u64::MAX)
     }
 
     /// Records what the server granted (ZooKeeper's negotiated session timeout).
-    pub(crate) fn granted_as(self, granted: Duration) -> Ttl {
+    pub fn granted_as(self, granted: Duration) -> Ttl {
         Ttl { granted, ..self }
     }
 }

@@ -9,12 +9,12 @@
 //! fires before time moves on.
 //!
 //! The lock service and storage answer through the same code as in the untimed world
-//! ([`crate::models::lease_service`]); only the scheduling differs.
+//! (this module's parent); only the scheduling differs.
 
-use super::env::{declarations, record_effects, Observe, Predicate};
-use super::{Client, Command, Commands, Event, LeaseEnd, Service};
-use crate::models::lease_service::{
-    event_of, lifeline, message_of, record_out, serve, store, told, Ghost, Msg, Node, FIRST_CLIENT,
+use super::properties::{declarations, Observe, Predicate};
+use super::{
+    asked, event_of, lifeline, message_of, record_effects, record_out, serve, store, told, Client,
+    Command, Commands, Event, Ghost, LeaseEnd, Msg, Node, Service, FIRST_CLIENT,
 };
 use crate::models::{Declared, Declares, Narrate, Step, Symmetric};
 use crate::protocol::{Fence, FencePolicy, LeaseTable};
@@ -74,7 +74,7 @@ pub enum TimedAction {
     Restart,
 }
 
-/// A clocked world: the model [`super::verify`] checks for an [`super::Environment::clocked`].
+/// A clocked world: the model [`crate::check::verify`] checks for an [`super::Environment::clocked`].
 #[derive(Clone)]
 pub struct TimedWorld<C: Client> {
     pub(crate) client: C,
@@ -328,8 +328,8 @@ impl<C: Client> Observe for TimedWorld<C> {
         state.grants
     }
 
-    fn states(state: &Self::State) -> Vec<&C::State> {
-        state.clients.iter().collect()
+    fn states(state: &Self::State) -> impl Iterator<Item = &C::State> {
+        state.clients.iter()
     }
 
     fn rejection_in_flight(state: &Self::State) -> bool {
@@ -488,7 +488,7 @@ impl<C: Client> TimedWorld<C> {
         let mut text = format!("{me} (clock {}) {}", before.clocks[i], told(event));
         for command in out.as_slice() {
             text.push_str(", ");
-            text.push_str(&crate::models::lease_service::asked(command));
+            text.push_str(&asked(command));
         }
         text
     }

@@ -1,50 +1,23 @@
-//! Raft inside the database: the lock table and the fenced data in one Raft group (openraft).
+//! The `raft` backend's client: a lock and fenced storage on a fencecheck Raft cluster
+//! ([`crate::raftdb`], served by `fencecheck raft-node`).
 //!
-//! Every lock operation and every fenced write is one command in the replicated log. The state
-//! machine ([`Machine`]) is the protocol core: a [`LeaseTable`](crate::protocol::LeaseTable) per
-//! lock, whose token counter is replicated state (so tokens strictly increase across leader
-//! changes: each grant is a later entry of one log), and a [`Fence`](crate::protocol::Fence) per
-//! key. A fenced write is decided by the same log that orders the grants.
-//!
-//! Lease time is the proposing leader's clock stamped on the command, never lowered by the
-//! machine. On one machine every node shares the clock; across machines, clocks must agree within
-//! the margin a holder keeps ([`default_drift`](super::default_drift)).
-//!
-//! Reads (`holder`, `read`) also go through the log, so every answer is linearizable; a node that
-//! has lost leadership cannot commit and answers nothing stale.
+//! Every call is one command in the cluster's replicated log, sent to the node believed to lead
+//! and retried on the others until the operation's timeout runs out.
 
-mod machine;
-mod node;
-mod store;
-mod wire;
+pub use crate::raftdb::Status;
 
-pub use self::machine::{Command, Machine, Op, Reply};
-pub use self::node::{serve, wall_clock_us, NodeOptions};
-pub use self::wire::Status;
-
-use self::wire::{read_frame, write_frame, ClientAnswer, Request, Response};
-use super::{
-    validate_name, Acquired, BackendError, FencedStorage, Grant, Holder, LockService, Stored, Ttl,
+use super::contract::{
+    validate_name, Acquired, BackendError, FencedStorage, Grant, Holder, LockService, Stored,
     WriteOutcome,
 };
+use crate::protocol::Ttl;
 use crate::protocol::{FencePolicy, StaleWrite, Token};
-use std::io::Cursor;
+use crate::raftdb::wire::{read_frame, write_frame, ClientAnswer, Request, Response};
+use crate::raftdb::{Op, Reply};
 use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
 
 pub(crate) const BACKEND: &str = "raft";
-
-openraft::declare_raft_types!(
-    /// The openraft types of fencecheck's Raft group.
-    pub TypeConfig:
-        D = Command,
-        R = Reply,
-        NodeId = u64,
-        Node = openraft::BasicNode,
-        Entry = openraft::Entry<TypeConfig>,
-        SnapshotData = Cursor<Vec<u8>>,
-        AsyncRuntime = openraft::TokioRuntime,
-);
 
 /// Client settings.
 #[derive(Clone, Copy, Debug)]

@@ -4,7 +4,6 @@
 use super::store::DiskStore;
 use super::wire::{read_frame, write_frame, ClientAnswer, Request, Response, Status};
 use super::{Command, TypeConfig};
-use crate::backend::BackendError;
 use openraft::error::{
     ClientWriteError, InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError,
     Unreachable,
@@ -47,22 +46,38 @@ pub fn wall_clock_us() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
 }
 
-fn node_err(what: &str, e: impl std::fmt::Display) -> BackendError {
-    BackendError::unexpected(super::BACKEND, "serve", format!("{what}: {e}"))
+/// Why a node could not start or stopped serving.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// A setting is wrong: which one, and what was expected.
+    #[error("invalid {what}: {reason}")]
+    Invalid {
+        /// Which setting.
+        what: &'static str,
+        /// What was wrong and what was expected.
+        reason: String,
+    },
+    /// Storage, network or the Raft engine failed.
+    #[error("raft serve failed: {0}")]
+    Failed(String),
+}
+
+fn node_err(what: &str, e: impl std::fmt::Display) -> NodeError {
+    NodeError::Failed(format!("{what}: {e}"))
 }
 
 /// Runs a node until the process ends: opens its storage, joins (or with `init`, makes) the
 /// cluster, and serves peers and clients on its address.
-pub async fn serve(options: NodeOptions) -> Result<(), BackendError> {
+pub async fn serve(options: NodeOptions) -> Result<(), NodeError> {
     let Some(addr) = options.members.get(&options.id).cloned() else {
-        return Err(BackendError::invalid(
-            "raft node id",
-            format!(
+        return Err(NodeError::Invalid {
+            what: "raft node id",
+            reason: format!(
                 "{} is not among the members {:?}; give --id one of them",
                 options.id,
                 options.members.keys().collect::<Vec<_>>()
             ),
-        ));
+        });
     };
     let heartbeat = u64::try_from(options.heartbeat.as_millis()).unwrap_or(u64::MAX);
     let election = u64::try_from(options.election.as_millis()).unwrap_or(u64::MAX);
@@ -75,7 +90,10 @@ pub async fn serve(options: NodeOptions) -> Result<(), BackendError> {
         ..Default::default()
     }
     .validate()
-    .map_err(|e| BackendError::invalid("raft timing", e.to_string()))?;
+    .map_err(|e| NodeError::Invalid {
+        what: "raft timing",
+        reason: e.to_string(),
+    })?;
     let store = DiskStore::open(&options.dir)
         .map_err(|e| node_err(&format!("opening {}", options.dir.display()), e))?;
     let fresh = store.is_fresh();

@@ -1,10 +1,9 @@
 //! Checking an environment and reading the verdicts, fit for a plain `#[test]`.
 
-use super::env::EnvironmentError;
-use super::{Client, Environment};
 use crate::check::{
     check_model, Counterexample, Engine, ModelRun, Options, PropertyResult, Verdict,
 };
+use crate::models::lease_service::{Client, Environment, EnvironmentError};
 use crate::models::Params;
 use std::fmt::Write as _;
 
@@ -152,7 +151,7 @@ impl Verification {
             .find(|p| p.property == property)
             .ok_or_else(|| EnvironmentError::UnknownProperty {
                 name: property.to_string(),
-                hint: if property == super::EFFECT_EXACTLY_ONCE {
+                hint: if property == crate::models::prop::EFFECT_EXACTLY_ONCE {
                     " (Environment::count_effects adds it)"
                 } else {
                     ""
