@@ -138,7 +138,7 @@ impl Commands {
     }
 
     /// What the instance's own clock reads at this step, in ticks: `Some` in a clocked world
-    /// ([`Environment::clocked`]), `None` in the untimed one, where no clock can be trusted.
+    /// ([`Environment::clocked`](super::Environment::clocked)), `None` in the untimed one, where no clock can be trusted.
     /// The clock may run slower or faster than the lock service's, within the drift bound.
     pub fn now(&self) -> Option<u64> {
         self.now
@@ -216,7 +216,7 @@ impl Commands {
 /// The checker runs several instances of the same `Client` value, so the instances are
 /// interchangeable: the state must not hold the instance's identity (symmetry reduction relies on
 /// it). The state must be finite in practice: a counter that grows forever makes the check run
-/// into its state bound ([`Environment::max_states`]) and report that it did.
+/// into its state bound ([`Environment::max_states`](super::Environment::max_states)) and report that it did.
 pub trait Client: Clone + Debug + Send + Sync + 'static {
     /// The instance's state: your own type. `Ord` lets the checker put interchangeable instances
     /// in a canonical order.

@@ -1,7 +1,7 @@
 //! The lease-service protocol shared by the TTL-only and fenced models.
 //!
-//! Actors: one lock service (`Id` 0) holding the core [`LeaseTable`] and a logical clock, one
-//! storage (`Id` 1) holding the core [`Fence`], and `clients` interchangeable clients.
+//! Actors: one lock service (`Id` 0) holding the core [`LeaseTable`](crate::protocol::LeaseTable) and a logical clock, one
+//! storage (`Id` 1) holding the core [`Fence`](crate::protocol::Fence), and `clients` interchangeable clients.
 //!
 //! A client asks the lock service for the lease; a busy service leaves the request waiting until
 //! the lease is free. Granted, the client believes it holds the lease and writes to the storage,

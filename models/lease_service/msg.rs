@@ -48,7 +48,7 @@ pub enum Msg {
         /// Ghost: the grant the write came from.
         epoch: Epoch,
     },
-    /// Lock service to client: the lease is held ([`Busy::Refuse`] only).
+    /// Lock service to client: the lease is held ([`Busy::Refuse`](super::Busy::Refuse) only).
     Refused,
     /// Client to lock service: extend my lease.
     Renew {
@@ -89,7 +89,7 @@ pub enum Msg {
         /// Ghost: its grant.
         epoch: Epoch,
     },
-    /// Lock service to the holder: your lease has ended ([`LeaseEnd::Notified`] only).
+    /// Lock service to the holder: your lease has ended ([`LeaseEnd::Notified`](super::LeaseEnd::Notified) only).
     Expired {
         /// The lease's token.
         token: Token,
