@@ -211,106 +211,35 @@ const fn row(
 
 /// What `fenced` says of a storage refusing a stale write.
 const REFUSES: &str = "the storage refuses a stale write";
+/// What `fenced` says of `single_believer`.
+const BELIEVERS_FENCED: &str =
+    "at most one client believes it holds the lease (fencing does not promise this)";
+/// What `ttl-only` says of a stale write.
+const NEVER_REFUSES: &str = "the storage refuses a stale write (never, without fencing)";
 /// What both catalog models say of `progress`.
 const PROGRESS_MEANS: &str = "every complete run stores some write";
 
 /// Every property of the `fenced` model, declared once.
+#[rustfmt::skip]
 pub const FENCED: &[Declared<LeaseModel>] = &[
-    row(
-        LEASE_ORDER,
-        Always,
-        meaning::STORAGE_IN_LEASE_ORDER,
-        Holds,
-        in_lease_order,
-    ),
-    row(
-        prop::TOKENS_INCREASE,
-        Always,
-        meaning::TOKENS_INCREASE,
-        Holds,
-        tokens_increase,
-    ),
-    row(
-        prop::SINGLE_BELIEVER,
-        Always,
-        "at most one client believes it holds the lease (fencing does not promise this)",
-        Violated,
-        single_believer,
-    ),
-    row(
-        prop::PROGRESS,
-        Eventually,
-        PROGRESS_MEANS,
-        Holds,
-        write_stored,
-    ),
-    row(
-        prop::WRITE_ACCEPTED,
-        Sometimes,
-        meaning::WRITE_ACCEPTED,
-        Holds,
-        write_stored,
-    ),
-    row(
-        prop::LEASE_REGRANTED,
-        Sometimes,
-        meaning::LEASE_REGRANTED,
-        Holds,
-        regranted,
-    ),
-    row(
-        prop::STALE_WRITE_REJECTED,
-        Sometimes,
-        REFUSES,
-        Holds,
-        stale_write_rejected,
-    ),
+    row(LEASE_ORDER, Always, meaning::STORAGE_IN_LEASE_ORDER, Holds, in_lease_order),
+    row(prop::TOKENS_INCREASE, Always, meaning::TOKENS_INCREASE, Holds, tokens_increase),
+    row(prop::SINGLE_BELIEVER, Always, BELIEVERS_FENCED, Violated, single_believer),
+    row(prop::PROGRESS, Eventually, PROGRESS_MEANS, Holds, write_stored),
+    row(prop::WRITE_ACCEPTED, Sometimes, meaning::WRITE_ACCEPTED, Holds, write_stored),
+    row(prop::LEASE_REGRANTED, Sometimes, meaning::LEASE_REGRANTED, Holds, regranted),
+    row(prop::STALE_WRITE_REJECTED, Sometimes, REFUSES, Holds, stale_write_rejected),
 ];
 
 /// Every property of the `ttl-only` model, declared once.
+#[rustfmt::skip]
 pub const TTL_ONLY: &[Declared<LeaseModel>] = &[
-    row(
-        LEASE_ORDER,
-        Always,
-        meaning::STORAGE_IN_LEASE_ORDER,
-        Violated,
-        in_lease_order,
-    ),
-    row(
-        prop::SINGLE_BELIEVER,
-        Always,
-        meaning::SINGLE_BELIEVER,
-        Violated,
-        single_believer,
-    ),
-    row(
-        prop::PROGRESS,
-        Eventually,
-        PROGRESS_MEANS,
-        Holds,
-        write_stored,
-    ),
-    row(
-        prop::WRITE_ACCEPTED,
-        Sometimes,
-        meaning::WRITE_ACCEPTED,
-        Holds,
-        write_stored,
-    ),
-    row(
-        prop::LEASE_REGRANTED,
-        Sometimes,
-        meaning::LEASE_REGRANTED,
-        Holds,
-        regranted,
-    ),
-    row(
-        prop::STALE_WRITE_REJECTED,
-        Sometimes,
-        "the storage refuses a stale write (never, without fencing)",
-        Violated,
-        stale_write_rejected,
-    ),
+    row(LEASE_ORDER, Always, meaning::STORAGE_IN_LEASE_ORDER, Violated, in_lease_order),
+    row(prop::SINGLE_BELIEVER, Always, meaning::SINGLE_BELIEVER, Violated, single_believer),
+    row(prop::PROGRESS, Eventually, PROGRESS_MEANS, Holds, write_stored),
+    row(prop::WRITE_ACCEPTED, Sometimes, meaning::WRITE_ACCEPTED, Holds, write_stored),
+    row(prop::LEASE_REGRANTED, Sometimes, meaning::LEASE_REGRANTED, Holds, regranted),
+    row(prop::STALE_WRITE_REJECTED, Sometimes, NEVER_REFUSES, Violated, stale_write_rejected),
 ];
 
 /// The `K`-th predicate of the user's, over the instances' states.

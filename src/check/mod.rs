@@ -13,8 +13,9 @@ pub mod verify;
 
 pub use crate::models::Params;
 pub use catalog::{catalog, find_model, CheckFn, ModelEntry};
-pub use params::{ParamsError, MAX_CLIENTS, MAX_RETRIES, MAX_WRITES};
+pub use params::{span, ParamsError, MAX_CLIENTS, MAX_RETRIES, MAX_WRITES};
 pub use run::{
-    check_model, CheckError, Engine, ModelRun, Options, Progress, PropertyResult, Verdict,
+    check_model, kind_name, CheckError, Engine, ModelRun, Options, Progress, PropertyResult,
+    Verdict,
 };
 pub use shortest::{shortest_counterexample, shortest_counterexamples, Counterexample};

@@ -39,7 +39,7 @@ pub enum ParamsError {
 }
 
 /// `2` or `2 to 6`.
-fn span(range: &std::ops::RangeInclusive<usize>) -> String {
+pub fn span(range: &std::ops::RangeInclusive<usize>) -> String {
     if range.start() == range.end() {
         range.start().to_string()
     } else {

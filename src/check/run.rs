@@ -202,7 +202,8 @@ pub struct ModelRun {
     pub properties: Vec<PropertyResult>,
 }
 
-fn kind_name(kind: &Expectation) -> &'static str {
+/// A property kind as the reports name it: `always`, `sometimes` or `eventually`.
+pub fn kind_name(kind: &Expectation) -> &'static str {
     match kind {
         Expectation::Always => "always",
         Expectation::Sometimes => "sometimes",

@@ -2,8 +2,7 @@
 //! the models. Nothing here runs a check: every line comes from a model's declared properties,
 //! sizes and mutants.
 
-use crate::check::{catalog, ModelEntry};
-use stateright::Expectation;
+use crate::check::{catalog, kind_name, span, ModelEntry};
 use std::fmt::Write as _;
 
 /// Where `fencecheck report` writes the catalog reference, relative to the repository root.
@@ -40,23 +39,6 @@ pub fn catalog_markdown() -> String {
     md
 }
 
-/// `2` or `2-6`.
-fn span(range: &std::ops::RangeInclusive<usize>) -> String {
-    if range.start() == range.end() {
-        range.start().to_string()
-    } else {
-        format!("{}-{}", range.start(), range.end())
-    }
-}
-
-fn kind(k: &Expectation) -> &'static str {
-    match k {
-        Expectation::Always => "always",
-        Expectation::Sometimes => "sometimes",
-        Expectation::Eventually => "eventually",
-    }
-}
-
 /// One model: its default size and its properties as declared there.
 fn model_section(md: &mut String, e: &ModelEntry) {
     let p = (e.defaults)();
@@ -75,7 +57,7 @@ fn model_section(md: &mut String, e: &ModelEntry) {
             md,
             "| `{}` | {} | {expected} | {} |",
             prop.name,
-            kind(&prop.kind),
+            kind_name(&prop.kind),
             prop.meaning.replace('|', "\\|")
         );
     }

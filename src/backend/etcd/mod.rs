@@ -19,6 +19,7 @@
 //! etcd leases count whole seconds: the TTL is rounded up to a whole number of seconds, at least 1.
 
 pub mod rpc;
+mod session;
 
 use super::contract::{validate_name, Acquired, BackendError, Grant, Holder, LockService};
 use super::queue::{entry_value, owner_of, split_value, Ledger};
@@ -310,41 +311,6 @@ impl EtcdLock {
         Ok((lease, key, revision, lowest, sent_at))
     }
 
-    /// The owner's session lease and the send time of its last grant or renewal. A session
-    /// renewed less than a tenth of the TTL ago is used as it is (no round trip); an older one is
-    /// renewed (one keepalive, no Raft write); a lapsed one is replaced by a fresh grant. A lock
-    /// taken under the session lives until that send time plus the TTL, which is what the grant
-    /// reports.
-    async fn session(&self, owner: &str) -> Result<(i64, Instant), BackendError> {
-        let known = self.sessions.lock().get(owner).copied();
-        if let Some((lease, renewed)) = known {
-            if renewed.elapsed() < self.ttl.granted() / 10 {
-                return Ok((lease, renewed));
-            }
-            let sent = Instant::now();
-            if self.keep_alive_once(lease).await? {
-                self.remember_session(owner, lease, sent);
-                return Ok((lease, sent));
-            }
-        }
-        let ttl = self.ttl_secs;
-        let sent = Instant::now();
-        let lease = self
-            .request("lease grant", Retry::Always, |c| async move {
-                c.lease_grant(ttl).await
-            })
-            .await?
-            .id;
-        self.remember_session(owner, lease, sent);
-        Ok((lease, sent))
-    }
-
-    fn remember_session(&self, owner: &str, lease: i64, renewed: Instant) {
-        self.sessions
-            .lock()
-            .insert(owner.to_string(), (lease, renewed));
-    }
-
     /// Deletes `key` if it is still the one created at `token`: whether it was.
     async fn delete_key(&self, key: &str, token: i64) -> Result<bool, BackendError> {
         let txn = TxnRequest {
@@ -420,36 +386,6 @@ impl EtcdLock {
     async fn still_first(&self, key: &str, token: Token) -> Result<bool, BackendError> {
         Ok(Self::lowest(&self.keys(true).await?)
             .is_some_and(|(k, rev, _)| k == key && super::contract::is_token(rev, token)))
-    }
-
-    /// Renews the lease of a contender waiting in line; when it was sent. An error when the
-    /// lease is gone.
-    async fn renew_in_line(&self, owner: &str, lease: i64) -> Result<Instant, BackendError> {
-        let sent = Instant::now();
-        if !self.keep_alive_once(lease).await? {
-            return Err(BackendError::unexpected(
-                BACKEND,
-                "acquire",
-                "our lease expired while waiting in line",
-            ));
-        }
-        self.remember_session(owner, lease, sent);
-        Ok(sent)
-    }
-
-    /// One keepalive of `lease`: `false` when the lease is gone.
-    async fn keep_alive_once(&self, lease: i64) -> Result<bool, BackendError> {
-        let result = self
-            .call(
-                Retry::Always,
-                |c| async move { c.keep_alive_once(lease).await },
-            )
-            .await;
-        match result {
-            Ok(ttl) => Ok(ttl > 0),
-            Err(f) if f.lease_not_found() => Ok(false),
-            Err(f) => Err(f.into_error("keepalive")),
-        }
     }
 }
 
