@@ -49,6 +49,75 @@ impl LockSpec {
     }
 }
 
+/// What a lock spec string may be (the message of every refusal).
+const SPEC_FORMS: &str = "expected redis://HOST:PORT[/DB], etcd://HOST:PORT[,HOST:PORT...], \
+                          zk://HOST:PORT[,HOST:PORT...] or raft://HOST:PORT[,HOST:PORT...]";
+
+impl std::str::FromStr for LockSpec {
+    type Err = BackendError;
+
+    /// One string for a lock service: `redis://HOST:PORT[/DB]`, `etcd://HOST:PORT,...` (each
+    /// member `http://HOST:PORT`, or a full URL given as one), `zk://HOST:PORT,...` or
+    /// `raft://HOST:PORT,...`.
+    fn from_str(text: &str) -> Result<LockSpec, BackendError> {
+        let bad = |why: &str| {
+            BackendError::invalid("lock spec", format!("{text:?}: {why}; {SPEC_FORMS}"))
+        };
+        let Some((scheme, rest)) = text.split_once("://") else {
+            return Err(bad("no scheme"));
+        };
+        let list = || {
+            let items = parse_endpoints(rest);
+            if items.is_empty() {
+                Err(bad("no address"))
+            } else {
+                Ok(items)
+            }
+        };
+        Ok(match scheme {
+            "redis" if !rest.is_empty() => LockSpec::Redis {
+                url: text.to_string(),
+            },
+            "redis" => return Err(bad("no address")),
+            "etcd" => LockSpec::Etcd {
+                endpoints: list()?
+                    .into_iter()
+                    .map(|e| {
+                        if e.contains("://") {
+                            e
+                        } else {
+                            format!("http://{e}")
+                        }
+                    })
+                    .collect(),
+            },
+            "zk" => LockSpec::Zookeeper {
+                connect: list()?.join(","),
+            },
+            "raft" => LockSpec::Raft { nodes: list()? },
+            _ => return Err(bad(&format!("unknown scheme {scheme:?}"))),
+        })
+    }
+}
+
+impl std::fmt::Display for LockSpec {
+    /// The string [`FromStr`](std::str::FromStr) reads back to the same spec.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LockSpec::Redis { url } => f.write_str(url),
+            LockSpec::Etcd { endpoints } => {
+                let short: Vec<&str> = endpoints
+                    .iter()
+                    .map(|e| e.strip_prefix("http://").unwrap_or(e))
+                    .collect();
+                write!(f, "etcd://{}", short.join(","))
+            }
+            LockSpec::Zookeeper { connect } => write!(f, "zk://{connect}"),
+            LockSpec::Raft { nodes } => write!(f, "raft://{}", nodes.join(",")),
+        }
+    }
+}
+
 /// A comma-separated list of endpoints, blanks dropped.
 pub fn parse_endpoints(list: &str) -> Vec<String> {
     list.split(',')
@@ -148,5 +217,65 @@ impl LockService for AnyLock {
 
     async fn acquire(&self, owner: &str, timeout: Duration) -> Result<Option<Grant>, BackendError> {
         each!(self, l => l.acquire(owner, timeout).await)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_spec_is_one_string_that_reads_back_the_same() {
+        for (text, spec) in [
+            (
+                "redis://127.0.0.1:6379/2",
+                LockSpec::Redis {
+                    url: "redis://127.0.0.1:6379/2".into(),
+                },
+            ),
+            (
+                "etcd://a:2379,b:2379",
+                LockSpec::Etcd {
+                    endpoints: vec!["http://a:2379".into(), "http://b:2379".into()],
+                },
+            ),
+            (
+                "zk://a:2181,b:2181",
+                LockSpec::Zookeeper {
+                    connect: "a:2181,b:2181".into(),
+                },
+            ),
+            (
+                "raft://a:7001,b:7002,c:7003",
+                LockSpec::Raft {
+                    nodes: vec!["a:7001".into(), "b:7002".into(), "c:7003".into()],
+                },
+            ),
+        ] {
+            assert_eq!(text.parse::<LockSpec>().unwrap(), spec, "{text}");
+            assert_eq!(spec.to_string(), text);
+        }
+        // A member given with its own scheme keeps it.
+        let tls: LockSpec = "etcd://https://a:2379".parse().unwrap();
+        assert_eq!(tls.to_string().parse::<LockSpec>().unwrap(), tls);
+    }
+
+    #[test]
+    fn a_bad_spec_names_the_input_and_what_was_expected() {
+        for bad in [
+            "",
+            "127.0.0.1:6379",
+            "ftp://a:1",
+            "etcd://",
+            "zk:// , ",
+            "redis://",
+        ] {
+            let e = bad.parse::<LockSpec>().unwrap_err().to_string();
+            assert!(
+                e.contains("invalid lock spec") && e.contains("expected redis://"),
+                "{bad:?}: {e}"
+            );
+            assert!(e.contains(&format!("{bad:?}")), "{e}");
+        }
     }
 }

@@ -5,31 +5,22 @@
 //! the same machine `fencecheck run` drives and the `keepalive` models check.
 
 use super::contract::{Grant, LockService};
-use crate::protocol::{Holder, Phase, Renewals, ScheduleError, Step, StopPolicy, Token};
+use crate::protocol::{
+    default_drift, default_grace, renew_every, Holder, Phase, Renewals, ScheduleError, Step,
+    StopPolicy, Token,
+};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
-/// The clock-drift margin used when none is given: 1 % of the TTL plus 2 ms (covers a clock rate
-/// error of about 1 % between this machine and the server, and timer slack).
-pub fn default_drift(ttl: Duration) -> Duration {
-    ttl / 100 + Duration::from_millis(2)
-}
-
-/// The grace period used when none is given: a quarter of the lease's safe window (TTL minus
-/// drift), at most 10 s.
-pub fn default_grace(ttl: Duration, drift: Duration) -> Duration {
-    (ttl.saturating_sub(drift) / 4).min(Duration::from_secs(10))
-}
-
 /// How a held lease is renewed, and how the work it guards is stopped.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct KeepaliveOptions {
-    /// Renew this often; `None` means a third of the TTL.
+    /// Renew this often; `None` means [`renew_every`] (a third of the TTL).
     pub every: Option<Duration>,
     /// Subtracted from every deadline to cover the server's clock running faster than ours.
-    /// `None` means 1 % of the TTL plus 2 ms.
+    /// `None` means [`default_drift`] (1 % of the TTL plus 2 ms).
     pub drift: Option<Duration>,
     /// Between asking the work to stop and killing it; both come before the safe deadline.
     /// `None` means [`default_grace`].
@@ -38,7 +29,9 @@ pub struct KeepaliveOptions {
 
 impl KeepaliveOptions {
     fn resolve(self, ttl: Duration) -> Result<(Duration, Duration, StopPolicy), ScheduleError> {
-        let every = self.every.unwrap_or(ttl / 3).max(Duration::from_millis(1));
+        let every = self
+            .every
+            .map_or_else(|| renew_every(ttl), |e| e.max(Duration::from_millis(1)));
         let drift = self.drift.unwrap_or(default_drift(ttl));
         let grace = self.grace.unwrap_or_else(|| default_grace(ttl, drift));
         Ok((every, drift, StopPolicy::new(ttl, drift, grace)?))

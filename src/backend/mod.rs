@@ -36,12 +36,10 @@ pub use self::contract::{
 pub use self::election::{LeaderElection, Leadership};
 pub use self::etcd::rpc as etcd_rpc;
 pub use self::etcd::{EtcdLock, EtcdOptions};
-pub use self::keepalive::{
-    default_drift, default_grace, hold, HeldLease, KeepaliveOptions, LostReason, Stop,
-};
+pub use self::keepalive::{hold, HeldLease, KeepaliveOptions, LostReason, Stop};
 pub use self::local::{LocalFencedMap, LocalLock};
 pub use self::postgres::PgFencedStore;
 pub use self::redis::{scripts as redis_scripts, RedisFencedStore, RedisLock, RedisOptions};
 pub use self::traced::{monotonic_us, Recorder, TracedLock, TracedStore};
 pub use self::zookeeper::{ZkElection, ZkLock, ZkOptions};
-pub use crate::protocol::{Ttl, TtlError, MAX_TTL};
+pub use crate::protocol::{default_drift, default_grace, Ttl, TtlError, MAX_TTL};

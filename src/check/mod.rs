@@ -4,6 +4,7 @@
 pub mod campaign;
 mod catalog;
 pub mod explore;
+mod gate;
 pub mod linearize;
 mod params;
 mod run;
@@ -13,6 +14,7 @@ pub mod verify;
 
 pub use crate::models::Params;
 pub use catalog::{catalog, find_model, CheckFn, ModelEntry};
+pub use gate::{outcome, Gate, Outcome};
 pub use params::{span, ParamsError, MAX_CLIENTS, MAX_RETRIES, MAX_WRITES};
 pub use run::{
     check_model, kind_name, CheckError, Engine, ModelRun, Options, Progress, PropertyResult,

@@ -202,17 +202,11 @@ pub(super) fn run(args: CheckArgs) -> Result<ExitCode, UsageError> {
             fencecheck::report::verdicts_text(&runs, options.symmetry)
         );
     }
-    let mismatches = runs
-        .iter()
-        .flat_map(|r| &r.properties)
-        .filter(|p| !p.matches() && p.verdict != fencecheck::check::Verdict::Incomplete)
-        .count();
-    let incomplete = runs.iter().any(|r| !r.complete);
     Ok(
-        if mismatches > 0 || (incomplete && !args.allow_incomplete) {
-            super::exit::code(super::exit::CHECK_FAILED)
-        } else {
+        if fencecheck::check::Gate::of(&runs).passes(args.allow_incomplete) {
             ExitCode::SUCCESS
+        } else {
+            super::exit::code(super::exit::CHECK_FAILED)
         },
     )
 }

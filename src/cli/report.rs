@@ -129,9 +129,7 @@ pub(super) fn run(args: ReportArgs) -> Result<ExitCode, UsageError> {
         ),
     }
     println!("wrote {} in {}", written.join(", "), args.out.display());
-    let all_match = runs
-        .iter()
-        .all(|r| r.properties.iter().all(|p| p.matches()));
+    let all_match = fencecheck::check::Gate::of(&runs).all_match();
     if !all_match {
         println!("some verdicts differ from their declarations: see models.md");
     }

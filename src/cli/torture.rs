@@ -133,10 +133,9 @@ pub(super) struct TortureArgs {
 /// One worker of a trial (started by `torture`, not by hand).
 #[derive(Debug, Args)]
 pub(super) struct WorkerArgs {
-    #[arg(long, value_enum)]
-    backend: Backend,
-    #[command(flatten)]
-    servers: ServerArgs,
+    /// The lock service, as one string (`redis://...`, `etcd://...`, `zk://...`, `raft://...`).
+    #[arg(long, value_name = "SPEC")]
+    lock: LockSpec,
     #[command(flatten)]
     job: Job,
 }
@@ -621,7 +620,7 @@ fn trial(
         };
         let mut cmd = Command::new(&exe);
         cmd.arg("torture-worker")
-            .args(spec_flags(spec))
+            .args(["--lock".to_string(), spec.to_string()])
             .args(job.flags())
             .stdout(Stdio::piped());
         if skewed == Some(w) {
@@ -875,36 +874,6 @@ fn register_history(lines: &[Line], origin: u64, workers: usize) -> Vec<Operatio
     ops
 }
 
-/// The worker's flags for `spec`.
-fn spec_flags(spec: &LockSpec) -> Vec<String> {
-    match spec {
-        LockSpec::Redis { url } => vec![
-            "--backend".into(),
-            "redis".into(),
-            "--redis-url".into(),
-            url.clone(),
-        ],
-        LockSpec::Etcd { endpoints } => vec![
-            "--backend".into(),
-            "etcd".into(),
-            "--endpoints".into(),
-            endpoints.join(","),
-        ],
-        LockSpec::Zookeeper { connect } => vec![
-            "--backend".into(),
-            "zookeeper".into(),
-            "--zk".into(),
-            connect.clone(),
-        ],
-        LockSpec::Raft { nodes } => vec![
-            "--backend".into(),
-            "raft".into(),
-            "--raft".into(),
-            nodes.join(","),
-        ],
-    }
-}
-
 /// What a worker's line says it observed (`read` and `done` are not observations of the lock or
 /// the storage).
 fn observed(text: &str) -> Option<Observed> {
@@ -947,10 +916,7 @@ pub(super) fn worker(args: WorkerArgs) -> Result<ExitCode, UsageError> {
         .build()
         .expect("a tokio runtime starts");
     rt.block_on(async {
-        let spec = args
-            .servers
-            .given(args.backend)
-            .ok_or_else(|| UsageError("the worker needs its server's address".into()))?;
+        let spec = args.lock;
         let ttl = Duration::from_millis(args.job.ttl_ms);
         let lock = reconnect(&spec, &args.job.name, ttl).await?;
         let mut source = Remote { spec, ttl, lock };

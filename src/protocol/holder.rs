@@ -16,6 +16,24 @@
 
 use std::time::Duration;
 
+/// The clock-drift margin used when none is given: 1 % of the TTL plus 2 ms (covers a clock rate
+/// error of about 1 % between the holder's machine and the server, and timer slack).
+pub fn default_drift(ttl: Duration) -> Duration {
+    ttl / 100 + Duration::from_millis(2)
+}
+
+/// The grace period used when none is given: a quarter of the lease's safe window (TTL minus
+/// drift), at most 10 s.
+pub fn default_grace(ttl: Duration, drift: Duration) -> Duration {
+    (ttl.saturating_sub(drift) / 4).min(Duration::from_secs(10))
+}
+
+/// How often a held lease is renewed when nothing else is asked: a third of the TTL (so two
+/// renewals may fail before the lease ends), at least 1 ms.
+pub fn renew_every(ttl: Duration) -> Duration {
+    (ttl / 3).max(Duration::from_millis(1))
+}
+
 /// Why a stop schedule was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ScheduleError {
@@ -246,6 +264,20 @@ mod tests {
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
+    }
+
+    #[test]
+    fn the_defaults_are_the_documented_ones() {
+        assert_eq!(default_drift(ms(1000)), ms(12));
+        assert_eq!(default_drift(ms(0)), ms(2));
+        assert_eq!(default_grace(ms(1000), ms(12)), ms(247));
+        assert_eq!(
+            default_grace(ms(100_000), ms(1002)),
+            Duration::from_secs(10)
+        );
+        assert_eq!(default_grace(ms(5), ms(12)), Duration::ZERO);
+        assert_eq!(renew_every(ms(3000)), ms(1000));
+        assert_eq!(renew_every(Duration::from_micros(3)), ms(1));
     }
 
     #[test]

@@ -29,7 +29,10 @@ pub use history::{
     one_leader_per_term, storage_in_lease_order, Event, History, HistoryError, LeaseOrder,
     TermReused, TokenOrder,
 };
-pub use holder::{safe_deadline, Holder, Phase, Renewals, ScheduleError, Step, StopPolicy};
+pub use holder::{
+    default_drift, default_grace, renew_every, safe_deadline, Holder, Phase, Renewals,
+    ScheduleError, Step, StopPolicy,
+};
 pub use leader_lease::{Drift, LeaderLease, LeaderLeaseError};
 pub use lease::{Acquire, Lease, LeaseError, LeaseTable};
 pub use register::{Campaign, TermRegister};

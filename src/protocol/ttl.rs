@@ -105,6 +105,13 @@ mod tests {
     }
 
     #[test]
+    fn the_longest_lease_is_a_day() {
+        assert_eq!(MAX_TTL, Duration::from_secs(86_400));
+        assert!(Ttl::new(Duration::from_secs(23 * 3600)).is_ok());
+        assert!(Ttl::new(Duration::from_secs(25 * 3600)).is_err());
+    }
+
+    #[test]
     fn bounds_are_checked_once_for_every_backend() {
         assert!(Ttl::new(Duration::ZERO)
             .unwrap_err()

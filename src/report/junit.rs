@@ -1,34 +1,22 @@
 //! JUnit XML: one test case per model and property, so any CI that reads JUnit shows the gate.
 
 use super::escape;
-use crate::check::{ModelRun, Verdict};
+use crate::check::{outcome, Gate, ModelRun, Outcome};
 
 /// A `<testsuites>` document: a `<testsuite>` per model, a `<testcase>` per property; a verdict
 /// that differs from its declaration is a `<failure>` whose text is the counterexample timeline,
 /// an undecided one is `<skipped>`.
 pub fn junit(runs: &[ModelRun]) -> String {
-    let total: usize = runs.iter().map(|r| r.properties.len()).sum();
-    let failures = runs
-        .iter()
-        .flat_map(|r| &r.properties)
-        .filter(|p| !p.matches() && p.verdict != Verdict::Incomplete)
-        .count();
+    let gate = Gate::of(runs);
+    let (total, failures) = (gate.total, gate.mismatched);
     let seconds: f64 = runs.iter().map(|r| r.seconds).sum();
     let mut xml = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
     xml.push_str(&format!(
         "<testsuites name=\"fencecheck\" tests=\"{total}\" failures=\"{failures}\" errors=\"0\" time=\"{seconds:.3}\">\n"
     ));
     for r in runs {
-        let failed = r
-            .properties
-            .iter()
-            .filter(|p| !p.matches() && p.verdict != Verdict::Incomplete)
-            .count();
-        let skipped = r
-            .properties
-            .iter()
-            .filter(|p| p.verdict == Verdict::Incomplete)
-            .count();
+        let run = Gate::of(std::slice::from_ref(r));
+        let (failed, skipped) = (run.mismatched, run.undecided);
         xml.push_str(&format!(
             "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{failed}\" errors=\"0\" skipped=\"{skipped}\" time=\"{:.3}\">\n",
             escape(r.model),
@@ -42,11 +30,12 @@ pub fn junit(runs: &[ModelRun]) -> String {
                 escape(p.property),
                 r.seconds
             ));
-            if p.verdict == Verdict::Incomplete {
+            let result = outcome(p);
+            if result == Outcome::Undecided {
                 xml.push_str(
                     "<skipped message=\"search cut short before the property was decided\"/>",
                 );
-            } else if !p.matches() {
+            } else if result == Outcome::Mismatch {
                 let mut text = format!(
                     "{} / {}: declared {}, found {}\n",
                     r.model, p.property, p.expected, p.verdict

@@ -1,7 +1,7 @@
 //! Model verdicts as Markdown and as JSON.
 
 use super::{diagram::mermaid, Meta};
-use crate::check::ModelRun;
+use crate::check::{Gate, ModelRun};
 use serde_json::{json, Value};
 
 /// The version of the `models.json` schema; bumped on any incompatible change.
@@ -53,7 +53,7 @@ pub fn models_json(runs: &[ModelRun], meta: &Meta) -> Value {
         "schema_version": SCHEMA_VERSION,
         "fencecheck": meta.version,
         "commit": meta.commit,
-        "all_match": runs.iter().all(|r| r.properties.iter().all(|p| p.matches())),
+        "all_match": Gate::of(runs).all_match(),
         "models": models,
     })
 }

@@ -1,7 +1,7 @@
 //! `fencecheck check`'s report as plain text: the verdict table, each counterexample as a
 //! numbered timeline, and the search figures.
 
-use crate::check::{ModelRun, Params};
+use crate::check::{Gate, ModelRun, Params};
 use crate::models::Expected;
 use std::fmt::Write;
 
@@ -119,7 +119,7 @@ pub fn verdicts_text(runs: &[ModelRun], symmetry: bool) -> String {
 
     w!(out);
     let all: Vec<_> = runs.iter().flat_map(|r| &r.properties).collect();
-    let matching = all.iter().filter(|p| p.matches()).count();
+    let matching = Gate::of(runs).matching;
     for run in runs {
         w!(
             out,

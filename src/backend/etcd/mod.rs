@@ -23,8 +23,8 @@ mod session;
 
 use super::contract::{validate_name, Acquired, BackendError, Grant, Holder, LockService};
 use super::queue::{entry_value, owner_of, split_value, Ledger};
-use crate::protocol::Token;
 use crate::protocol::Ttl;
+use crate::protocol::{renew_every, Token};
 use crate::sync::Mutex;
 use rpc::{Compare, KeyValue, RangeRequest, RequestOp, TxnRequest, TxnResponse};
 use std::collections::HashMap;
@@ -430,7 +430,7 @@ impl LockService for EtcdLock {
         }
         // Wait our turn, keeping our lease alive, as etcd's own lock does.
         let mut backoff = super::retry::WAIT_IN_LINE;
-        let mut renew_at = sent_at + self.ttl.granted() / 3;
+        let mut renew_at = sent_at + renew_every(self.ttl.granted());
         loop {
             if !backoff.pause(Some(deadline)).await {
                 self.delete_key(&key, revision).await?;
@@ -438,7 +438,7 @@ impl LockService for EtcdLock {
             }
             if Instant::now() >= renew_at {
                 let sent = self.renew_in_line(owner, lease).await?;
-                renew_at = sent + self.ttl.granted() / 3;
+                renew_at = sent + renew_every(self.ttl.granted());
             }
             if self.still_first(&key, token).await? {
                 // First in line, but the lease may have lapsed while this client waited (its
