@@ -436,9 +436,7 @@ fn commands_that_talk_to_servers_ignore_sigpipe_and_printing_ones_do_not() {
     };
     let mut worker = spawn(&[
         "torture-worker",
-        "--backend",
-        "redis",
-        "--redis-url",
+        "--lock",
         "redis://127.0.0.1:1",
         "--pg-url",
         &pg_url,
