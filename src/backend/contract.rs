@@ -363,6 +363,9 @@ pub struct Stored {
     pub value: Vec<u8>,
 }
 
+/// The answer to a fenced write: accepted or refused, or the error that kept it from an answer.
+pub type WriteResult = Result<WriteOutcome, BackendError>;
+
 /// Storage that applies the fencing rule to every write: a write whose token is older than the
 /// highest already accepted for that key is refused, naming that highest token. Equal tokens are
 /// accepted (one holder writes many times under one lease).
@@ -373,7 +376,7 @@ pub trait FencedStorage: Send + Sync {
         key: &str,
         token: Token,
         value: &[u8],
-    ) -> impl Future<Output = Result<WriteOutcome, BackendError>> + Send;
+    ) -> impl Future<Output = WriteResult> + Send;
 
     /// Reads the key's value and highest token.
     fn read(&self, key: &str) -> impl Future<Output = Result<Option<Stored>, BackendError>> + Send;

@@ -3,6 +3,7 @@
 
 use super::contract::{
     Acquired, BackendError, FencedStorage, Grant, Holder, LockService, Stored, WriteOutcome,
+    WriteResult,
 };
 use crate::local::{Clock, LeaseLock, SystemClock};
 use crate::protocol::Ttl;
@@ -138,12 +139,7 @@ impl LocalFencedMap {
 }
 
 impl FencedStorage for LocalFencedMap {
-    async fn write(
-        &self,
-        key: &str,
-        token: Token,
-        value: &[u8],
-    ) -> Result<WriteOutcome, BackendError> {
+    async fn write(&self, key: &str, token: Token, value: &[u8]) -> WriteResult {
         let mut keys = self.keys.lock();
         let (fence, stored) = keys.entry(key.to_string()).or_insert_with(|| {
             let empty = Stored {

@@ -31,7 +31,7 @@ mod zookeeper;
 pub use self::connect::{connect, parse_endpoints, AnyLock, LockSpec};
 pub use self::contract::{
     validate_name, Acquired, BackendError, Cause, ErrorKind, FencedStorage, Grant, Holder,
-    LockService, Stored, WriteOutcome,
+    LockService, Stored, WriteOutcome, WriteResult,
 };
 pub use self::election::{LeaderElection, Leadership};
 pub use self::etcd::rpc as etcd_rpc;

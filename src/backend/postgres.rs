@@ -1,7 +1,9 @@
 //! PostgreSQL fenced storage: a conditional upsert that stores a write only if its token is not
 //! older than the row's, and a guard that fences any writes inside the caller's own transaction.
 
-use super::contract::{validate_name, BackendError, FencedStorage, Stored, WriteOutcome};
+use super::contract::{
+    validate_name, BackendError, FencedStorage, Stored, WriteOutcome, WriteResult,
+};
 use crate::protocol::{FencePolicy, StaleWrite, Token};
 use std::future::Future;
 use std::time::Duration;
@@ -206,7 +208,7 @@ impl PgFencedStore {
         client: &C,
         key: &str,
         token: Token,
-    ) -> Result<WriteOutcome, BackendError> {
+    ) -> WriteResult {
         validate_name("key", key)?;
         let t = sql_token(token)?;
         let sql = format!(
@@ -256,12 +258,7 @@ async fn bounded<T>(
 }
 
 impl FencedStorage for PgFencedStore {
-    async fn write(
-        &self,
-        key: &str,
-        token: Token,
-        value: &[u8],
-    ) -> Result<WriteOutcome, BackendError> {
+    async fn write(&self, key: &str, token: Token, value: &[u8]) -> WriteResult {
         validate_name("key", key)?;
         let t = sql_token(token)?;
         // The row count is 1 when the row was inserted or updated, 0 when the update's fencing

@@ -8,7 +8,7 @@ pub use crate::raftdb::Status;
 
 use super::contract::{
     validate_name, Acquired, BackendError, FencedStorage, Grant, Holder, LockService, Stored,
-    WriteOutcome,
+    WriteOutcome, WriteResult,
 };
 use crate::protocol::Ttl;
 use crate::protocol::{FencePolicy, StaleWrite, Token};
@@ -424,12 +424,7 @@ impl RaftFencedStore {
 }
 
 impl FencedStorage for RaftFencedStore {
-    async fn write(
-        &self,
-        key: &str,
-        token: Token,
-        value: &[u8],
-    ) -> Result<WriteOutcome, BackendError> {
+    async fn write(&self, key: &str, token: Token, value: &[u8]) -> WriteResult {
         let op = Op::Write {
             key: self.key(key)?,
             token: token.get(),

@@ -16,7 +16,7 @@
 
 use super::contract::{
     validate_name, Acquired, BackendError, FencedStorage, Grant, Holder, LockService, Stored,
-    WriteOutcome,
+    WriteOutcome, WriteResult,
 };
 use super::redis_conn::Dedicated;
 use crate::protocol::Ttl;
@@ -429,12 +429,7 @@ impl RedisFencedStore {
 }
 
 impl FencedStorage for RedisFencedStore {
-    async fn write(
-        &self,
-        key: &str,
-        token: Token,
-        value: &[u8],
-    ) -> Result<WriteOutcome, BackendError> {
+    async fn write(&self, key: &str, token: Token, value: &[u8]) -> WriteResult {
         let key = self.key(key)?;
         let policy = match self.policy {
             FencePolicy::Fenced => "fenced",

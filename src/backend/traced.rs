@@ -7,7 +7,7 @@
 //! which the model reads as a request the server may or may not have handled.
 
 use super::contract::{
-    Acquired, BackendError, FencedStorage, Grant, Holder, LockService, WriteOutcome,
+    Acquired, BackendError, FencedStorage, Grant, Holder, LockService, WriteOutcome, WriteResult,
 };
 use crate::protocol::Ttl;
 use crate::protocol::{Observed, Token, Trace};
@@ -279,12 +279,7 @@ pub struct TracedStore<S> {
 }
 
 impl<S: FencedStorage> FencedStorage for TracedStore<S> {
-    async fn write(
-        &self,
-        key: &str,
-        token: Token,
-        value: &[u8],
-    ) -> Result<WriteOutcome, BackendError> {
+    async fn write(&self, key: &str, token: Token, value: &[u8]) -> WriteResult {
         self.recorder
             .record(&self.who, Observed::WriteSent { token });
         let outcome = self.store.write(key, token, value).await?;
