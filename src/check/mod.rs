@@ -3,12 +3,11 @@
 
 pub mod campaign;
 mod catalog;
-pub mod explore;
 mod gate;
 pub mod linearize;
 mod params;
 mod run;
-mod shortest;
+pub mod search;
 pub mod trace;
 pub mod verify;
 
@@ -17,7 +16,7 @@ pub use catalog::{catalog, find_model, CheckFn, ModelEntry};
 pub use gate::{outcome, Gate, Outcome};
 pub use params::{span, ParamsError, MAX_CLIENTS, MAX_RETRIES, MAX_WRITES};
 pub use run::{
-    check_model, kind_name, CheckError, Engine, ModelRun, Options, Progress, PropertyResult,
-    Verdict,
+    check_model, kind_name, CheckError, ModelRun, Options, Progress, PropertyResult, Verdict,
 };
-pub use shortest::{shortest_counterexample, shortest_counterexamples, Counterexample};
+pub use search::shortest::{shortest_counterexample, shortest_counterexamples, Counterexample};
+pub use search::Engine;

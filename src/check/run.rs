@@ -1,13 +1,11 @@
 //! One exhaustive check of one model, and its verdicts against the model's declarations.
 
-use super::explore;
 use super::params::ParamsError;
-use super::shortest::{shortest_counterexamples, Counterexample};
+use super::search::shortest::{shortest_counterexamples, Counterexample};
+use super::search::{self, Engine, Plan, Trail};
 use crate::models::{Declares, Expected, Narrate, PropertySpec, Symmetric};
 use serde::Serialize;
-use stateright::{Checker, Expectation, HasDiscoveries, Model};
-use std::collections::BTreeSet;
-use std::collections::HashMap;
+use stateright::Expectation;
 use std::hash::Hash;
 use std::time::{Duration, Instant};
 
@@ -77,21 +75,6 @@ pub struct Options {
     pub max_counterexample_states: usize,
     /// Which search decides the verdicts.
     pub engine: Engine,
-}
-
-/// The search that decides the verdicts. Both explore the same states by the same rules and
-/// reach the same verdicts; minimal counterexamples come from a separate breadth-first search
-/// either way.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Engine {
-    /// Stateright's depth-first checker.
-    #[default]
-    Stateright,
-    /// fencecheck's own depth-first search ([`crate::check::explore`]): no path kept per
-    /// state, fingerprints in sharded sets, threads that share work. When the minimal search
-    /// runs out of budget for a violation, Stateright's checker is run after it, only until it
-    /// has a path to each such violation, and that path is shown (not minimal).
-    Lean,
 }
 
 impl Default for Options {
@@ -214,9 +197,10 @@ pub fn kind_name(kind: &Expectation) -> &'static str {
 /// Checks `model` exhaustively and compares every property with its declaration. A model whose
 /// properties and declarations disagree is refused ([`CheckError::Undeclared`]).
 ///
-/// The verdicts come from Stateright's depth-first search (with symmetry reduction when
-/// `options.symmetry`); each violation's counterexample comes from a separate breadth-first
-/// search that finds a shortest one.
+/// The verdicts come from the depth-first search `options.engine` names (with symmetry
+/// reduction when `options.symmetry`); each violation's counterexample comes from a separate
+/// breadth-first search that finds a shortest one, or, where that search runs out of its
+/// budget, is the depth-first search's own path (not minimal).
 pub fn check_model<M>(
     name: &'static str,
     params: &crate::models::Params,
@@ -240,43 +224,21 @@ where
     // One past the bound: a search that generates exactly `max` states and then runs out of
     // states is complete; only one that needs more is cut short.
     let target = options.max_states.map(|max| max.saturating_add(1));
-    let searched = match options.engine {
-        Engine::Stateright => stateright_search(
-            name,
-            &model,
-            options,
-            symmetry,
-            target,
-            HasDiscoveries::AnyOf(BTreeSet::new()),
-            progress,
-        ),
-        Engine::Lean => {
-            let search = explore::Search {
-                threads: options.threads.max(1),
-                symmetry: symmetry.then_some(M::representative as fn(&M::State) -> M::State),
-                target_generated: target,
-            };
-            let found = explore::explore(&model, &search, &mut |c| {
-                progress(&Progress {
-                    model: name,
-                    unique_states: c.unique,
-                    states: c.generated,
-                    max_depth: c.max_depth,
-                    elapsed: started.elapsed(),
-                })
-            });
-            Searched {
-                unique: found.unique,
-                generated: found.generated,
-                max_depth: found.max_depth,
-                discoveries: found
-                    .discovered
-                    .into_iter()
-                    .map(|name| (name, None))
-                    .collect(),
-            }
-        }
+    let plan = Plan {
+        engine: options.engine,
+        threads: options.threads,
+        symmetry,
+        target,
     };
+    let searched = search::search(&model, plan, &mut |c| {
+        progress(&Progress {
+            model: name,
+            unique_states: c.unique,
+            states: c.generated,
+            max_depth: c.max_depth,
+            elapsed: started.elapsed(),
+        })
+    });
     let seconds = started.elapsed().as_secs_f64();
     let generated = searched.generated;
     let complete = options.max_states.is_none_or(|max| generated <= max);
@@ -291,30 +253,6 @@ where
     let mut shortest =
         shortest_counterexamples(&model, &violated, options.max_counterexample_states);
     let mut discoveries = searched.discoveries;
-    // The lean search keeps no paths. A violation the minimal search ran out of budget for gets
-    // the path of Stateright's checker instead, which searches only until it has found them all.
-    let pathless: BTreeSet<&'static str> = violated
-        .iter()
-        .copied()
-        .filter(|name| !shortest.contains_key(name))
-        .filter(|name| discoveries.get(name).is_some_and(Option::is_none))
-        .collect();
-    if !pathless.is_empty() {
-        let found = stateright_search(
-            name,
-            &model,
-            options,
-            symmetry,
-            target,
-            HasDiscoveries::AllOf(pathless.clone()),
-            progress,
-        );
-        for (property, path) in found.discoveries {
-            if pathless.contains(property) {
-                discoveries.insert(property, path);
-            }
-        }
-    }
     let properties = specs
         .iter()
         .map(|spec| {
@@ -330,7 +268,7 @@ where
                 (Expectation::Always | Expectation::Eventually, Some(path)) => {
                     match shortest.remove(spec.name) {
                         Some(cx) => (Some(cx), true),
-                        None => (path.map(|path| narrate_path(&model, path)), false),
+                        None => (Some(narrate_trail(&model, path)), false),
                     }
                 }
                 _ => (None, false),
@@ -361,79 +299,8 @@ where
     })
 }
 
-/// Stateright's path to a discovery.
-type Path<M> = stateright::Path<<M as Model>::State, <M as Model>::Action>;
-
-/// What a search found, whichever engine ran it.
-struct Searched<M: Model> {
-    unique: usize,
-    generated: usize,
-    max_depth: usize,
-    /// Each discovered property, with Stateright's path to it when that engine ran.
-    discoveries: HashMap<&'static str, Option<Path<M>>>,
-}
-
-/// Stateright's depth-first checker, finishing when `finish` says: with `AnyOf` no property,
-/// never early, so every property is decided over the whole space; with `AllOf` some, as soon as
-/// each of them has a path.
-fn stateright_search<M>(
-    name: &'static str,
-    model: &M,
-    options: &Options,
-    symmetry: bool,
-    target: Option<usize>,
-    finish: HasDiscoveries,
-    progress: &mut dyn FnMut(&Progress),
-) -> Searched<M>
-where
-    M: Symmetric + Clone + Send + Sync + 'static,
-    M::State: Clone + Eq + Hash + std::fmt::Debug + Send + Sync,
-    M::Action: Clone + PartialEq + std::fmt::Debug + Send + Sync,
-{
-    let started = Instant::now();
-    let mut builder = model
-        .clone()
-        .checker()
-        .threads(options.threads.max(1))
-        .finish_when(finish);
-    if symmetry {
-        builder = builder.symmetry_fn(M::representative);
-    }
-    if let Some(target) = target {
-        builder = builder.target_state_count(target);
-    }
-    let checker = builder.spawn_dfs();
-    // Poll finely at first so that small models report their real time; back off to 100 ms.
-    let mut nap = explore::FIRST_NAP;
-    while !checker.is_done() {
-        std::thread::sleep(nap);
-        nap = explore::next_nap(nap);
-        progress(&Progress {
-            model: name,
-            unique_states: checker.unique_state_count(),
-            states: checker.state_count(),
-            max_depth: checker.max_depth(),
-            elapsed: started.elapsed(),
-        });
-    }
-    let checker = checker.join();
-    Searched {
-        unique: checker.unique_state_count(),
-        generated: checker.state_count(),
-        max_depth: checker.max_depth(),
-        discoveries: checker
-            .discoveries()
-            .into_iter()
-            .map(|(name, path)| (name, Some(path)))
-            .collect(),
-    }
-}
-
-fn narrate_path<M: Narrate>(
-    model: &M,
-    path: stateright::Path<M::State, M::Action>,
-) -> Counterexample {
-    let pairs = path.into_vec();
+/// A path told in the protocol's words.
+fn narrate_trail<M: Narrate>(model: &M, pairs: Trail<M::State, M::Action>) -> Counterexample {
     let steps = pairs
         .windows(2)
         .filter_map(|w| {

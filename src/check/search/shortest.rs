@@ -41,50 +41,27 @@ where
         Expectation::Sometimes => return None,
     };
 
-    let Search {
-        hasher,
-        mut seen,
-        mut nodes,
-        mut frontier,
-    } = Search::start(model);
-    let mut actions = Vec::new();
-    while !frontier.is_empty() {
-        let mut next_frontier = Vec::new();
-        for &i in &frontier {
-            let holds = condition(model, &nodes[i].0);
+    let mut bfs = Bfs::start(model, max_states);
+    loop {
+        for k in 0..bfs.frontier.len() {
+            let i = bfs.frontier[k];
+            let holds = condition(model, &bfs.nodes[i].0);
             if !eventually && !holds {
-                return Some(path_to(model, &nodes, i));
+                return Some(path_to(model, &bfs.nodes, i));
             }
             if eventually && holds {
                 // This path has met its obligation; nothing below it can violate.
                 continue;
             }
-            let mut terminal = true;
-            model.actions(&nodes[i].0, &mut actions);
-            for action in actions.drain(..) {
-                let Some(next) = model.next_state(&nodes[i].0, action.clone()) else {
-                    continue;
-                };
-                if !model.within_boundary(&next) {
-                    continue;
-                }
-                terminal = false;
-                if !seen.insert(hasher.hash_one(&next)) {
-                    continue;
-                }
-                if nodes.len() >= max_states {
-                    return None;
-                }
-                nodes.push((next, Some((i, action))));
-                next_frontier.push(nodes.len() - 1);
-            }
+            let terminal = !bfs.expand(model, i).ok()?;
             if eventually && terminal {
-                return Some(path_to(model, &nodes, i));
+                return Some(path_to(model, &bfs.nodes, i));
             }
         }
-        frontier = next_frontier;
+        if !bfs.advance() {
+            return None;
+        }
     }
-    None
 }
 
 /// The shortest counterexample of each named `always` property, found in one breadth-first
@@ -117,73 +94,100 @@ where
     if always.is_empty() {
         return found;
     }
-    let Search {
-        hasher,
-        mut seen,
-        mut nodes,
-        mut frontier,
-    } = Search::start(model);
-    let mut actions = Vec::new();
-    while !frontier.is_empty() && !always.is_empty() {
-        let mut next_frontier = Vec::new();
-        for &i in &frontier {
+    let mut bfs = Bfs::start(model, max_states);
+    loop {
+        for k in 0..bfs.frontier.len() {
+            let i = bfs.frontier[k];
             always.retain(|(name, condition)| {
-                if condition(model, &nodes[i].0) {
+                if condition(model, &bfs.nodes[i].0) {
                     return true;
                 }
-                found.insert(*name, path_to(model, &nodes, i));
+                found.insert(*name, path_to(model, &bfs.nodes, i));
                 false
             });
-            if always.is_empty() {
+            if always.is_empty() || bfs.expand(model, i).is_err() {
                 return found;
             }
-            model.actions(&nodes[i].0, &mut actions);
-            for action in actions.drain(..) {
-                let Some(next) = model.next_state(&nodes[i].0, action.clone()) else {
-                    continue;
-                };
-                if !model.within_boundary(&next) || !seen.insert(hasher.hash_one(&next)) {
-                    continue;
-                }
-                if nodes.len() >= max_states {
-                    return found;
-                }
-                nodes.push((next, Some((i, action))));
-                next_frontier.push(nodes.len() - 1);
-            }
         }
-        frontier = next_frontier;
+        if !bfs.advance() {
+            return found;
+        }
     }
-    found
 }
 
-/// A breadth-first search at its start: the initial states as the first frontier.
-struct Search<M: Model> {
+/// The node budget is spent.
+struct Full;
+
+/// A breadth-first search: the nodes found so far with their parent links, the level being
+/// searched and the next one.
+struct Bfs<M: Model> {
     /// Fingerprints rather than states: half the memory and no deep comparisons.
     hasher: std::collections::hash_map::RandomState,
     seen: HashSet<u64>,
     nodes: Vec<Node<M>>,
     frontier: Vec<usize>,
+    next: Vec<usize>,
+    actions: Vec<M::Action>,
+    max_states: usize,
 }
 
-impl<M: Model> Search<M>
+impl<M: Model> Bfs<M>
 where
     M::State: Hash,
+    M::Action: Clone,
 {
-    fn start(model: &M) -> Self {
-        let mut search = Search {
+    /// The initial states as the first level.
+    fn start(model: &M, max_states: usize) -> Self {
+        let mut bfs = Bfs {
             hasher: std::collections::hash_map::RandomState::new(),
             seen: HashSet::new(),
             nodes: Vec::new(),
             frontier: Vec::new(),
+            next: Vec::new(),
+            actions: Vec::new(),
+            max_states,
         };
         for s in model.init_states() {
-            if search.seen.insert(search.hasher.hash_one(&s)) {
-                search.nodes.push((s, None));
-                search.frontier.push(search.nodes.len() - 1);
+            if bfs.seen.insert(bfs.hasher.hash_one(&s)) {
+                bfs.nodes.push((s, None));
+                bfs.frontier.push(bfs.nodes.len() - 1);
             }
         }
-        search
+        bfs
+    }
+
+    /// Queues node `i`'s unseen successors inside the boundary for the next level. Whether it
+    /// has any successor inside the boundary (seen or not), or [`Full`] once `max_states`
+    /// nodes are kept.
+    fn expand(&mut self, model: &M, i: usize) -> Result<bool, Full> {
+        let mut successors = false;
+        let mut actions = std::mem::take(&mut self.actions);
+        model.actions(&self.nodes[i].0, &mut actions);
+        for action in actions.drain(..) {
+            let Some(next) = model.next_state(&self.nodes[i].0, action.clone()) else {
+                continue;
+            };
+            if !model.within_boundary(&next) {
+                continue;
+            }
+            successors = true;
+            if !self.seen.insert(self.hasher.hash_one(&next)) {
+                continue;
+            }
+            if self.nodes.len() >= self.max_states {
+                return Err(Full);
+            }
+            self.nodes.push((next, Some((i, action))));
+            self.next.push(self.nodes.len() - 1);
+        }
+        self.actions = actions;
+        Ok(successors)
+    }
+
+    /// Moves to the next level; `false` when it is empty.
+    fn advance(&mut self) -> bool {
+        self.frontier = std::mem::take(&mut self.next);
+        !self.frontier.is_empty()
     }
 }
 
