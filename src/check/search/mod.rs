@@ -1,7 +1,7 @@
-//! The searches behind one seam. [`search`] decides which properties a model's reachable states
-//! violate or meet, with Stateright's depth-first checker or the lean search ([`lean`]), and
-//! returns a path to each discovery either way; [`shortest`] then finds the shortest path to
-//! each violation by breadth-first search.
+//! The searches behind one seam. One crate-internal entry point decides which properties a
+//! model's reachable states violate or meet, with Stateright's depth-first checker or the lean
+//! search ([`lean`]), and returns a path to each discovery either way; [`shortest`] then finds
+//! the shortest path to each violation by breadth-first search.
 
 pub mod lean;
 mod seen;
