@@ -7,8 +7,8 @@
 
 mod common;
 
-use common::{acquire_release, paired_ops};
-use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use common::{acquire_release, bench_against_floor};
+use criterion::{criterion_group, criterion_main, Criterion};
 use fencecheck::backend::etcd_rpc::{Compare, Members, RequestOp, TxnRequest};
 use fencecheck::backend::EtcdLock;
 use fencecheck_testkit::EtcdCluster;
@@ -33,8 +33,6 @@ fn bench_cluster(c: &mut Criterion, members: usize) {
         Members::new(&endpoints, Duration::from_secs(2), Duration::from_secs(2)).unwrap()
     };
     let client = rpc.client(0);
-    let mut g = c.benchmark_group(format!("etcd/{members}_members/acquire_release"));
-    g.throughput(Throughput::Elements(1));
     let fenced = || acquire_release(&rt, &lock);
     let floor = || {
         rt.block_on(async {
@@ -47,11 +45,9 @@ fn bench_cluster(c: &mut Criterion, members: usize) {
             assert_eq!(client.delete("floor/k").await.unwrap(), 1);
         })
     };
-    g.bench_function("fenced_acquire_release", |b| b.iter(fenced));
-    g.bench_function("put_if_absent_delete_floor", |b| b.iter(floor));
-    g.finish();
-    paired_ops(
-        &format!("etcd/{members}_members/acquire_release/paired"),
+    bench_against_floor(
+        c,
+        &format!("etcd/{members}_members/acquire_release"),
         ("put_if_absent_delete_floor", floor),
         ("fenced_acquire_release", fenced),
         "a raw put-if-absent transaction plus a delete on the same cluster",
@@ -68,10 +64,7 @@ fn three_members(c: &mut Criterion) {
 
 criterion_group! {
     name = benches;
-    config = Criterion::default()
-        .sample_size(20)
-        .warm_up_time(Duration::from_secs(1))
-        .measurement_time(Duration::from_secs(4));
+    config = common::server_config();
     targets = one_member, three_members
 }
 criterion_main!(benches);

@@ -9,8 +9,8 @@
 
 mod common;
 
-use common::{acquire_release, paired_ops};
-use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use common::{acquire_release, bench_against_floor};
+use criterion::{criterion_group, criterion_main, Criterion};
 use fencecheck::backend::raft::{RaftFencedStore, RaftLock, RaftOptions};
 use fencecheck::backend::{FencedStorage, LockService};
 use fencecheck::protocol::{FencePolicy, Token};
@@ -38,13 +38,9 @@ fn three_nodes(c: &mut Criterion) {
             }
         })
     };
-    let mut g = c.benchmark_group("raft/3_nodes/acquire_release");
-    g.throughput(Throughput::Elements(1));
-    g.bench_function("fenced_acquire_release", |b| b.iter(acquire_release));
-    g.bench_function("two_plain_writes_floor", |b| b.iter(two_plain_writes));
-    g.finish();
-    paired_ops(
-        "raft/3_nodes/acquire_release/paired",
+    bench_against_floor(
+        c,
+        "raft/3_nodes/acquire_release",
         ("two_plain_writes_floor", two_plain_writes),
         ("fenced_acquire_release", acquire_release),
         "two plain writes to the same Raft group",
@@ -66,13 +62,9 @@ fn three_nodes(c: &mut Criterion) {
             assert!(done.is_accepted());
         })
     };
-    let mut g = c.benchmark_group("raft/3_nodes/write");
-    g.throughput(Throughput::Elements(1));
-    g.bench_function("fenced_write", |b| b.iter(fenced_write));
-    g.bench_function("plain_write_floor", |b| b.iter(plain_write));
-    g.finish();
-    paired_ops(
-        "raft/3_nodes/write/paired",
+    bench_against_floor(
+        c,
+        "raft/3_nodes/write",
         ("plain_write_floor", plain_write),
         ("fenced_write", fenced_write),
         "a plain write to the same Raft group",
@@ -81,10 +73,7 @@ fn three_nodes(c: &mut Criterion) {
 
 criterion_group! {
     name = benches;
-    config = Criterion::default()
-        .sample_size(20)
-        .warm_up_time(Duration::from_secs(1))
-        .measurement_time(Duration::from_secs(4));
+    config = common::server_config();
     targets = three_nodes
 }
 criterion_main!(benches);

@@ -104,10 +104,7 @@ fn three_servers(c: &mut Criterion) {
 
 criterion_group! {
     name = benches;
-    config = Criterion::default()
-        .sample_size(20)
-        .warm_up_time(Duration::from_secs(1))
-        .measurement_time(Duration::from_secs(4));
+    config = common::server_config();
     targets = one_server, three_servers
 }
 criterion_main!(benches);

@@ -15,6 +15,33 @@ pub fn config() -> Criterion {
         .sample_size(50)
 }
 
+/// The server suites' configuration: fewer, longer samples, each a round trip or more.
+#[allow(dead_code)] // the in-process suites use `config`
+pub fn server_config() -> Criterion {
+    Criterion::default()
+        .sample_size(20)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(4))
+}
+
+/// Benches `ours` and its `floor` (each `(name, operation)`, one element a run) in criterion
+/// group `group`, then measures them paired ([`paired_ops`]) under `GROUP/paired`.
+#[allow(dead_code)]
+pub fn bench_against_floor(
+    c: &mut Criterion,
+    group: &str,
+    floor: (&str, impl Fn()),
+    ours: (&str, impl Fn()),
+    source: &str,
+) {
+    let mut g = c.benchmark_group(group);
+    g.throughput(criterion::Throughput::Elements(1));
+    g.bench_function(ours.0, |b| b.iter(&ours.1));
+    g.bench_function(floor.0, |b| b.iter(&floor.1));
+    g.finish();
+    paired_ops(&format!("{group}/paired"), floor, ours, source);
+}
+
 /// `threads` threads start together and each runs `op(thread)` `iters` times; returns the
 /// slowest thread's time, so one iteration is one operation per thread.
 #[allow(dead_code)] // the check suite has no contended runs

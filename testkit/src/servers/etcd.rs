@@ -1,32 +1,22 @@
 //! Throwaway etcd clusters: one member or three, whose members can be killed and restarted, and
 //! which names its leader.
 
-use super::{failed, find_on_path, free_port, kill_member, log_tail, retry_port_clash};
-use super::{stop_member, ServerError, TempDir};
+use super::cluster::{Cluster, Kind, Member};
+use super::{failed, find_on_path, free_port, retry_port_clash, ServerError, TempDir};
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 /// A throwaway etcd cluster of one or more members on 127.0.0.1, each with its own ports and data
 /// directory. Short heartbeat and election timeouts (25 ms / 250 ms) keep leader changes and the
 /// minimum lease TTL (375 ms) short.
-#[derive(Debug)]
-pub struct EtcdCluster {
-    members: Vec<EtcdMember>,
-    initial: String,
-    _dir: TempDir,
-}
+pub type EtcdCluster = Cluster<Etcd>;
 
+/// etcd as a [`Kind`] of cluster: the initial member list every member starts with.
 #[derive(Debug)]
-struct EtcdMember {
-    name: String,
-    client_port: u16,
-    peer_port: u16,
-    data: PathBuf,
-    log: PathBuf,
-    child: Option<Child>,
+pub struct Etcd {
+    initial: String,
 }
 
 /// One HTTP/1.1 exchange on 127.0.0.1:`port`; returns the body.
@@ -45,6 +35,54 @@ fn http(port: u16, method: &str, path: &str, body: &str) -> Option<String> {
     head.starts_with("HTTP/1.1 200").then(|| body.to_string())
 }
 
+/// A member's (own id, the leader's id), as its status answer gives them.
+fn status(member: &Member) -> Option<(String, String)> {
+    let body = http(member.client_port(), "POST", "/v3/maintenance/status", "{}")?;
+    let v = serde_json::from_str::<serde_json::Value>(&body).ok()?;
+    let me = v["header"]["member_id"].as_str()?.to_string();
+    Some((me, v["leader"].as_str()?.to_string()))
+}
+
+fn url(port: u16) -> String {
+    format!("http://127.0.0.1:{port}")
+}
+
+impl Kind for Etcd {
+    const MEMBER: &'static str = "etcd member";
+    const BOUND: Duration = Duration::from_secs(30);
+    const AWAIT_LEADER: bool = false;
+
+    fn command(&self, i: usize, m: &Member) -> Command {
+        let (client, peer) = (url(m.ports[0]), url(m.ports[1]));
+        let mut command = Command::new("etcd");
+        command
+            .args(["--name", &format!("m{i}")])
+            .arg("--data-dir")
+            .arg(&m.data)
+            .args(["--listen-client-urls", &client])
+            .args(["--advertise-client-urls", &client])
+            .args(["--listen-peer-urls", &peer])
+            .args(["--initial-advertise-peer-urls", &peer])
+            .args(["--initial-cluster", &self.initial])
+            .args(["--initial-cluster-state", "new"])
+            .args(["--heartbeat-interval", "25", "--election-timeout", "250"]);
+        command
+    }
+
+    fn serving(&self, m: &Member) -> bool {
+        http(m.client_port(), "GET", "/health", "")
+            .is_some_and(|b| b.contains("\"health\":\"true\""))
+    }
+
+    fn leader(&self, members: &[Member], running: &[usize]) -> Option<usize> {
+        let leader = running.iter().find_map(|&i| status(&members[i]))?.1;
+        running
+            .iter()
+            .copied()
+            .find(|&i| status(&members[i]).is_some_and(|(me, _)| me == leader))
+    }
+}
+
 impl EtcdCluster {
     /// Starts `size` members and waits until every one reports healthy.
     pub fn start(size: usize) -> Result<Self, ServerError> {
@@ -59,170 +97,24 @@ impl EtcdCluster {
             });
         }
         let dir = TempDir::new("etcd").map_err(|e| failed("creating a temp dir", e))?;
+        let port = || free_port().map_err(|e| failed("finding a free port", e));
         let mut members = Vec::new();
         for i in 0..size {
-            let port = || free_port().map_err(|e| failed("finding a free port", e));
-            members.push(EtcdMember {
-                name: format!("m{i}"),
-                client_port: port()?,
-                peer_port: port()?,
-                data: dir.path().join(format!("m{i}.data")),
-                log: dir.path().join(format!("m{i}.log")),
-                child: None,
-            });
+            let (data, log) = (format!("m{i}.data"), format!("m{i}.log"));
+            let (data, log) = (dir.path().join(data), dir.path().join(log));
+            members.push(Member::new(vec![port()?, port()?], data, log));
         }
         let initial = members
             .iter()
-            .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer_port))
+            .enumerate()
+            .map(|(i, m)| format!("m{i}={}", url(m.ports[1])))
             .collect::<Vec<_>>()
             .join(",");
-        let mut cluster = EtcdCluster {
-            members,
-            initial,
-            _dir: dir,
-        };
-        for i in 0..size {
-            cluster.spawn(i)?;
-        }
-        for i in 0..size {
-            cluster.wait_healthy(i, Duration::from_secs(30))?;
-        }
-        Ok(cluster)
-    }
-
-    fn spawn(&mut self, i: usize) -> Result<(), ServerError> {
-        let m = &mut self.members[i];
-        let client = format!("http://127.0.0.1:{}", m.client_port);
-        let peer = format!("http://127.0.0.1:{}", m.peer_port);
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&m.log)
-            .map_err(|e| failed("creating the etcd log", e))?;
-        let child = Command::new("etcd")
-            .args(["--name", &m.name])
-            .arg("--data-dir")
-            .arg(&m.data)
-            .args([
-                "--listen-client-urls",
-                &client,
-                "--advertise-client-urls",
-                &client,
-            ])
-            .args([
-                "--listen-peer-urls",
-                &peer,
-                "--initial-advertise-peer-urls",
-                &peer,
-            ])
-            .args([
-                "--initial-cluster",
-                &self.initial,
-                "--initial-cluster-state",
-                "new",
-            ])
-            .args(["--heartbeat-interval", "25", "--election-timeout", "250"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .map_err(|e| failed("starting etcd", e))?;
-        m.child = Some(child);
-        Ok(())
-    }
-
-    fn wait_healthy(&mut self, i: usize, bound: Duration) -> Result<(), ServerError> {
-        let until = Instant::now() + bound;
-        loop {
-            let m = &mut self.members[i];
-            if http(m.client_port, "GET", "/health", "")
-                .is_some_and(|b| b.contains("\"health\":\"true\""))
-            {
-                return Ok(());
-            }
-            if let Some(Ok(Some(status))) = m.child.as_mut().map(|c| c.try_wait()) {
-                return Err(failed(
-                    format!("etcd member {}", m.name),
-                    format!("exited with {status}; {}", log_tail(&m.log)),
-                ));
-            }
-            if Instant::now() > until {
-                return Err(failed(
-                    format!("etcd member {}", m.name),
-                    format!("not healthy after {bound:?}; {}", log_tail(&m.log)),
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        Cluster::launch(Etcd { initial }, members, dir)
     }
 
     /// The members' client URLs (`http://127.0.0.1:PORT`).
     pub fn endpoints(&self) -> Vec<String> {
-        self.members
-            .iter()
-            .map(|m| format!("http://127.0.0.1:{}", m.client_port))
-            .collect()
-    }
-
-    /// How many members the cluster has.
-    pub fn size(&self) -> usize {
-        self.members.len()
-    }
-
-    /// Member `i`'s PID while it runs.
-    pub fn pid(&self, i: usize) -> Option<u32> {
-        self.members[i].child.as_ref().map(|c| c.id())
-    }
-
-    /// The index of the member that is leader now, asked of every running member.
-    pub fn leader(&self) -> Option<usize> {
-        for m in &self.members {
-            if m.child.is_none() {
-                continue;
-            }
-            let Some(body) = http(m.client_port, "POST", "/v3/maintenance/status", "{}") else {
-                continue;
-            };
-            let Ok(v) = serde_json::from_str::<serde_json::Value>(&body) else {
-                continue;
-            };
-            let (leader, me) = (v["leader"].as_str(), v["header"]["member_id"].as_str());
-            if let (Some(leader), Some(me)) = (leader, me) {
-                if leader == me {
-                    return self.members.iter().position(|x| x.name == m.name);
-                }
-                // Ask the others which of them has this id.
-                for (j, other) in self.members.iter().enumerate() {
-                    let body = http(other.client_port, "POST", "/v3/maintenance/status", "{}");
-                    let id = body
-                        .and_then(|b| serde_json::from_str::<serde_json::Value>(&b).ok())
-                        .and_then(|v| v["header"]["member_id"].as_str().map(String::from));
-                    if id.as_deref() == Some(leader) {
-                        return Some(j);
-                    }
-                }
-            }
-        }
-        None
-    }
-
-    /// `kill -9` member `i`.
-    pub fn kill9(&mut self, i: usize) {
-        kill_member(&mut self.members[i].child);
-    }
-
-    /// Starts member `i` again on its data directory and waits until it is healthy.
-    pub fn restart(&mut self, i: usize) -> Result<(), ServerError> {
-        self.kill9(i);
-        self.spawn(i)?;
-        self.wait_healthy(i, Duration::from_secs(30))
-    }
-}
-
-impl Drop for EtcdCluster {
-    fn drop(&mut self) {
-        for m in &mut self.members {
-            stop_member(&mut m.child);
-        }
+        self.members.iter().map(|m| url(m.client_port())).collect()
     }
 }

@@ -1,5 +1,5 @@
 //! Throwaway servers for tests, demos and benchmarks: `redis-server`, a PostgreSQL cluster, etcd,
-//! ZooKeeper and fencecheck Raft nodes, each on 127.0.0.1 at a free port with its own temporary
+//! ZooKeeper and fencecheck Raft nodes (the three replicated ones as one [`Cluster`] type), each on 127.0.0.1 at a free port with its own temporary
 //! directory, stopped (by the PID this process started) and removed when dropped.
 //!
 //! PostgreSQL refuses to run as root; when this process is root the cluster is created and run as
@@ -11,17 +11,19 @@ use std::process::Child;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+mod cluster;
 mod etcd;
 mod postgres;
 mod raft;
 mod redis;
 mod zookeeper;
 
-pub use etcd::EtcdCluster;
+pub use cluster::{Cluster, Kind, Member};
+pub use etcd::{Etcd, EtcdCluster};
 pub use postgres::{postgres_installed, PgServer};
-pub use raft::RaftCluster;
+pub use raft::{Raft, RaftCluster};
 pub use redis::RedisServer;
-pub use zookeeper::ZkCluster;
+pub use zookeeper::{ZkCluster, ZooKeeper};
 
 /// Set to `1` to make a missing server binary a test failure instead of a skip.
 pub const REQUIRE_SERVERS_ENV: &str = "FENCECHECK_REQUIRE_SERVERS";
