@@ -260,13 +260,7 @@ const DECLARED: &[Declared<CheckBeforeWriteModel>] = &[
         meaning: "at most one client believes, by its own clock, that it holds the lease",
         expect: Expect::When {
             rule: "violated when client clocks drift",
-            when: |m| {
-                if m.drift > 0 {
-                    Expected::Violated
-                } else {
-                    Expected::Holds
-                }
-            },
+            when: |m| Expected::holds_if(m.drift == 0),
         },
         condition: |_: &CheckBeforeWriteModel, s: &CbwState| {
             s.clients.iter().filter(|c| believes(c, s.now)).count() <= 1
@@ -295,25 +289,11 @@ impl Declares for CheckBeforeWriteModel {
 }
 
 catalog_entry! {
+    CheckBeforeWriteModel, clients: 2..=6, defaults: Params::sized(3, 1, 0);
     /// The catalog entry without drift.
-    CheckBeforeWrite: CheckBeforeWriteModel {
-        name: "check-before-write",
-        summary: "TTL-only, the client checks its lease on its own clock right before writing",
-        clients: 2..=6,
-        mutants: &[],
-        defaults: Params::sized(3, 1, 0),
-        build: |p| CheckBeforeWriteModel { clients: p.clients, drift: 0 },
-    }
-}
-
-catalog_entry! {
+    CheckBeforeWrite "check-before-write": "TTL-only, the client checks its lease on its own clock right before writing",
+        |p| CheckBeforeWriteModel { clients: p.clients, drift: 0 };
     /// The catalog entry with client clocks one tick slow.
-    ClockDrift: CheckBeforeWriteModel {
-        name: "clock-drift",
-        summary: "check-before-write with client clocks up to one tick slower than the lock service's",
-        clients: 2..=6,
-        mutants: &[],
-        defaults: Params::sized(3, 1, 0),
-        build: |p| CheckBeforeWriteModel { clients: p.clients, drift: 1 },
-    }
+    ClockDrift "clock-drift": "check-before-write with client clocks up to one tick slower than the lock service's",
+        |p| CheckBeforeWriteModel { clients: p.clients, drift: 1 };
 }

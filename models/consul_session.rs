@@ -325,13 +325,7 @@ const DECLARED: &[Declared<ConsulModel>] = &[
         meaning: "at no instant do two clients act as the lock's holder",
         expect: Expect::When {
             rule: "holds when every holder notices its invalidated session within the lock-delay",
-            when: |m| {
-                if m.notices_within_lock_delay() {
-                    Expected::Holds
-                } else {
-                    Expected::Violated
-                }
-            },
+            when: |m| Expected::holds_if(m.notices_within_lock_delay()),
         },
         condition: |_: &ConsulModel, s: &ConsulState| s.holders() <= 1,
     },
@@ -368,13 +362,7 @@ const DECLARED: &[Declared<ConsulModel>] = &[
         meaning: "an acquire is refused by the lock-delay",
         expect: Expect::When {
             rule: "reached only with a lock-delay",
-            when: |m| {
-                if m.lock_delay > 0 {
-                    Expected::Holds
-                } else {
-                    Expected::Violated
-                }
-            },
+            when: |m| Expected::holds_if(m.lock_delay > 0),
         },
         condition: |_: &ConsulModel, s: &ConsulState| s.delayed,
     },

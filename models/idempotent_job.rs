@@ -237,37 +237,14 @@ impl Declares for JobModel {
 }
 
 catalog_entry! {
+    JobModel, clients: 2..=6, defaults: Params::sized(3, 1, 0);
     /// No lock, an idempotent effect.
-    IdempotentJob: JobModel {
-        name: "idempotent-job",
-        summary: "no lock; every instance runs; the effect is an upsert keyed by the run id",
-        clients: 2..=6,
-        mutants: &[],
-        defaults: Params::sized(3, 1, 0),
-        build: |p| JobModel { instances: p.clients, variant: JobVariant::Idempotent },
-    }
-}
-
-catalog_entry! {
+    IdempotentJob "idempotent-job": "no lock; every instance runs; the effect is an upsert keyed by the run id",
+        |p| JobModel { instances: p.clients, variant: JobVariant::Idempotent };
     /// No lock, an append.
-    AppendJob: JobModel {
-        name: "append-job",
-        summary: "no lock; every instance runs; the effect is an append (not idempotent)",
-        clients: 2..=6,
-        mutants: &[],
-        defaults: Params::sized(3, 1, 0),
-        build: |p| JobModel { instances: p.clients, variant: JobVariant::Append },
-    }
-}
-
-catalog_entry! {
+    AppendJob "append-job": "no lock; every instance runs; the effect is an append (not idempotent)",
+        |p| JobModel { instances: p.clients, variant: JobVariant::Append };
     /// A TTL lock in front of an append.
-    LockedAppendJob: JobModel {
-        name: "locked-append-job",
-        summary: "a TTL lock in front of an append: the lock is only an optimisation",
-        clients: 2..=6,
-        mutants: &[],
-        defaults: Params::sized(3, 1, 0),
-        build: |p| JobModel { instances: p.clients, variant: JobVariant::LockedAppend },
-    }
+    LockedAppendJob "locked-append-job": "a TTL lock in front of an append: the lock is only an optimisation",
+        |p| JobModel { instances: p.clients, variant: JobVariant::LockedAppend };
 }

@@ -404,13 +404,7 @@ const DECLARED: &[Declared<K8sLeaseModel>] = &[
         meaning: "at no instant do two candidates lead, each by its own clock",
         expect: Expect::When {
             rule: "holds when request timeout + clock gain <= leaseDuration - retryPeriod - renewDeadline",
-            when: |m| {
-                if m.within_margin() {
-                    Expected::Holds
-                } else {
-                    Expected::Violated
-                }
-            },
+            when: |m| Expected::holds_if(m.within_margin()),
         },
         condition: |_: &K8sLeaseModel, s: &K8sLeaseState| s.leaders() <= 1,
     },
@@ -477,61 +471,20 @@ fn build(p: &Params, request_timeout: u8, max_gain: u8, policy: FencePolicy) -> 
 }
 
 catalog_entry! {
+    K8sLeaseModel, clients: 2..=2, defaults: Params::sized(2, 1, 0);
     /// The catalog entry: client-go as written, requests up to renewDeadline.
-    K8sLease: K8sLeaseModel {
-        name: "k8s-lease",
-        summary: "client-go leader election on a Lease: a slow renewal reply lets two lead; leaseTransitions fences the storage",
-        clients: 2..=2,
-        mutants: &[],
-        defaults: Params::sized(2, 1, 0),
-        build: |p| build(p, RENEW_DEADLINE as u8, 0, FencePolicy::Fenced),
-    }
-}
-
-catalog_entry! {
+    K8sLease "k8s-lease": "client-go leader election on a Lease: a slow renewal reply lets two lead; leaseTransitions fences the storage",
+        |p| build(p, RENEW_DEADLINE as u8, 0, FencePolicy::Fenced);
     /// The catalog entry: a request may outlast renewDeadline.
-    K8sLeaseLongRequest: K8sLeaseModel {
-        name: "k8s-lease-long-request",
-        summary: "client-go leader election whose requests may take longer than renewDeadline: the overlap only grows",
-        clients: 2..=2,
-        mutants: &[],
-        defaults: Params::sized(2, 1, 0),
-        build: |p| build(p, RENEW_DEADLINE as u8 + 1, 0, FencePolicy::Fenced),
-    }
-}
-
-catalog_entry! {
+    K8sLeaseLongRequest "k8s-lease-long-request": "client-go leader election whose requests may take longer than renewDeadline: the overlap only grows",
+        |p| build(p, RENEW_DEADLINE as u8 + 1, 0, FencePolicy::Fenced);
     /// The catalog entry: requests answered within the margin.
-    K8sLeasePrompt: K8sLeaseModel {
-        name: "k8s-lease-prompt",
-        summary: "the same election with requests answered within leaseDuration - retryPeriod - renewDeadline: one leader",
-        clients: 2..=2,
-        mutants: &[],
-        defaults: Params::sized(2, 1, 0),
-        build: |p| build(p, 1, 0, FencePolicy::Fenced),
-    }
-}
-
-catalog_entry! {
+    K8sLeasePrompt "k8s-lease-prompt": "the same election with requests answered within leaseDuration - retryPeriod - renewDeadline: one leader",
+        |p| build(p, 1, 0, FencePolicy::Fenced);
     /// The catalog entry: prompt requests, a candidate's clock runs fast.
-    K8sLeaseFastClock: K8sLeaseModel {
-        name: "k8s-lease-fast-clock",
-        summary: "prompt requests, but a candidate's clock gains a tick: it takes over while the leader leads",
-        clients: 2..=2,
-        mutants: &[],
-        defaults: Params::sized(2, 1, 0),
-        build: |p| build(p, 1, 1, FencePolicy::Fenced),
-    }
-}
-
-catalog_entry! {
+    K8sLeaseFastClock "k8s-lease-fast-clock": "prompt requests, but a candidate's clock gains a tick: it takes over while the leader leads",
+        |p| build(p, 1, 1, FencePolicy::Fenced);
     /// The catalog entry: client-go as written, storage without the token.
-    K8sLeaseUnfenced: K8sLeaseModel {
-        name: "k8s-lease-unfenced",
-        summary: "client-go leader election whose storage ignores leaseTransitions: a Lease is not a lock",
-        clients: 2..=2,
-        mutants: &[],
-        defaults: Params::sized(2, 1, 0),
-        build: |p| build(p, RENEW_DEADLINE as u8, 0, FencePolicy::AcceptAll),
-    }
+    K8sLeaseUnfenced "k8s-lease-unfenced": "client-go leader election whose storage ignores leaseTransitions: a Lease is not a lock",
+        |p| build(p, RENEW_DEADLINE as u8, 0, FencePolicy::AcceptAll);
 }

@@ -10,6 +10,26 @@ use stateright::Expectation;
 
 /// Declares a catalog entry: a unit struct implementing [`CatalogModel`].
 macro_rules! catalog_entry {
+    // A family of entries of one model that share their sizes and have no mutants: each is its
+    // doc, type, name, summary and build.
+    (
+        $model:ty, clients: $clients:expr, defaults: $defaults:expr;
+        $( $(#[$doc:meta])* $ty:ident $name:literal: $summary:literal, |$p:ident| $build:expr; )+
+    ) => {
+        $(
+            catalog_entry! {
+                $(#[$doc])*
+                $ty: $model {
+                    name: $name,
+                    summary: $summary,
+                    clients: $clients,
+                    mutants: &[],
+                    defaults: $defaults,
+                    build: |$p| $build,
+                }
+            }
+        )+
+    };
     (
         $(#[$doc:meta])*
         $ty:ident: $model:ty {
@@ -265,6 +285,17 @@ pub enum Expected {
     Holds,
     /// The checker finds a counterexample (or, for `sometimes`, no state reaches it).
     Violated,
+}
+
+impl Expected {
+    /// [`Expected::Holds`] when `holds`, else [`Expected::Violated`].
+    pub const fn holds_if(holds: bool) -> Expected {
+        if holds {
+            Expected::Holds
+        } else {
+            Expected::Violated
+        }
+    }
 }
 
 impl std::fmt::Display for Expected {

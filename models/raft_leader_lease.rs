@@ -320,13 +320,7 @@ const DECLARED: &[Declared<RaftLeaseModel>] = &[
         meaning: "no lease read answers an older value than a write committed before it",
         expect: Expect::When {
             rule: "holds when every clock runs within the drift the lease is computed for and voters wait out the election timeout",
-            when: |m| {
-                if m.within_bound() && m.voters_wait {
-                    Expected::Holds
-                } else {
-                    Expected::Violated
-                }
-            },
+            when: |m| Expected::holds_if(m.within_bound() && m.voters_wait),
         },
         condition: |_: &RaftLeaseModel, s: &RaftLeaseState| !s.stale_read,
     },

@@ -299,13 +299,7 @@ const DECLARED: &[Declared<RedlockModel>] = &[
         meaning: "at most one client holds valid grants from a majority",
         expect: Expect::When {
             rule: "violated when a node restarts or a clock jumps",
-            when: |m| {
-                if m.fault == Fault::None {
-                    Expected::Holds
-                } else {
-                    Expected::Violated
-                }
-            },
+            when: |m| Expected::holds_if(m.fault == Fault::None),
         },
         condition: |_: &RedlockModel, s: &RedlockState| {
             s.clients.iter().filter(|c| believes(c, s.now)).count() <= 1
@@ -348,37 +342,14 @@ impl Declares for RedlockModel {
 }
 
 catalog_entry! {
+    RedlockModel, clients: 2..=2, defaults: Params::sized(2, 1, 0);
     /// Redlock without faults.
-    Redlock: RedlockModel {
-        name: "redlock",
-        summary: "majority of 3 independent lock nodes, no faults; largest per-node counter as token",
-        clients: 2..=2,
-        mutants: &[],
-        defaults: Params::sized(2, 1, 0),
-        build: |p| RedlockModel { clients: p.clients, fault: Fault::None },
-    }
-}
-
-catalog_entry! {
+    Redlock "redlock": "majority of 3 independent lock nodes, no faults; largest per-node counter as token",
+        |p| RedlockModel { clients: p.clients, fault: Fault::None };
     /// Redlock with a node restart.
-    RedlockRestart: RedlockModel {
-        name: "redlock-restart",
-        summary: "redlock where one node restarts without persistence",
-        clients: 2..=2,
-        mutants: &[],
-        defaults: Params::sized(2, 1, 0),
-        build: |p| RedlockModel { clients: p.clients, fault: Fault::Restart },
-    }
-}
-
-catalog_entry! {
+    RedlockRestart "redlock-restart": "redlock where one node restarts without persistence",
+        |p| RedlockModel { clients: p.clients, fault: Fault::Restart };
     /// Redlock with a clock jump.
-    RedlockClockJump: RedlockModel {
-        name: "redlock-clock-jump",
-        summary: "redlock where one node's clock jumps forward",
-        clients: 2..=2,
-        mutants: &[],
-        defaults: Params::sized(2, 1, 0),
-        build: |p| RedlockModel { clients: p.clients, fault: Fault::ClockJump },
-    }
+    RedlockClockJump "redlock-clock-jump": "redlock where one node's clock jumps forward",
+        |p| RedlockModel { clients: p.clients, fault: Fault::ClockJump };
 }

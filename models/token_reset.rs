@@ -248,6 +248,11 @@ impl Narrate for TokenResetModel {
 
 not_symmetric!(TokenResetModel, ResetState);
 
+/// Whether order holds: the counter is durable, or one client runs alone.
+fn durable_or_alone(m: &TokenResetModel) -> Expected {
+    Expected::holds_if(m.counter == Counter::Durable || m.clients < 2)
+}
+
 /// Every property of this model, declared once.
 const DECLARED: &[Declared<TokenResetModel>] = &[
     Declared {
@@ -256,13 +261,7 @@ const DECLARED: &[Declared<TokenResetModel>] = &[
         meaning: meaning::TOKENS_INCREASE,
         expect: Expect::When {
             rule: "violated unless the counter is durable, once two clients run",
-            when: |m| {
-                if m.counter != Counter::Durable && m.clients >= 2 {
-                    Expected::Violated
-                } else {
-                    Expected::Holds
-                }
-            },
+            when: durable_or_alone,
         },
         condition: |_: &TokenResetModel, s: &ResetState| s.tokens.holds(),
     },
@@ -272,13 +271,7 @@ const DECLARED: &[Declared<TokenResetModel>] = &[
         meaning: meaning::STORAGE_IN_LEASE_ORDER,
         expect: Expect::When {
             rule: "violated unless the counter is durable, once two clients run",
-            when: |m| {
-                if m.counter != Counter::Durable && m.clients >= 2 {
-                    Expected::Violated
-                } else {
-                    Expected::Holds
-                }
-            },
+            when: durable_or_alone,
         },
         condition: |_: &TokenResetModel, s: &ResetState| s.lease_order.holds(),
     },
@@ -333,11 +326,7 @@ fn progress_expected(m: &TokenResetModel) -> Expected {
         Counter::FromStorage => m.retries == 0 && m.clients >= 3,
         Counter::Durable => m.retries == 0 && m.clients >= 2,
     };
-    if violated {
-        Expected::Violated
-    } else {
-        Expected::Holds
-    }
+    Expected::holds_if(!violated)
 }
 
 impl Declares for TokenResetModel {

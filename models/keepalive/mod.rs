@@ -333,11 +333,7 @@ const DECLARED: &[Declared<KeepaliveModel>] = &[
                    reply finds the work already stopped by its send-time deadline); violated by \
                    every other sibling's mistake",
             when: |m| {
-                if matches!(m.flaw, Flaw::None | Flaw::SilentReacquire) {
-                    super::Expected::Holds
-                } else {
-                    super::Expected::Violated
-                }
+                super::Expected::holds_if(matches!(m.flaw, Flaw::None | Flaw::SilentReacquire))
             },
         },
         condition: |_: &KeepaliveModel, s: &KaState| !(successor_later(s) && s.work_alive()),
@@ -370,11 +366,7 @@ const DECLARED: &[Declared<KeepaliveModel>] = &[
         expect: Expect::When {
             rule: "only where the work can outlive its lease",
             when: |m| {
-                if matches!(m.flaw, Flaw::None | Flaw::SilentReacquire) {
-                    super::Expected::Violated
-                } else {
-                    super::Expected::Holds
-                }
+                super::Expected::holds_if(!matches!(m.flaw, Flaw::None | Flaw::SilentReacquire))
             },
         },
         condition: |_: &KeepaliveModel, s: &KaState| s.work_refused,
@@ -385,13 +377,7 @@ const DECLARED: &[Declared<KeepaliveModel>] = &[
         meaning: "a renewal reaching the service after the lease expired is answered with success",
         expect: Expect::When {
             rule: "only with a re-acquiring extend",
-            when: |m| {
-                if m.flaw == Flaw::SilentReacquire {
-                    super::Expected::Holds
-                } else {
-                    super::Expected::Violated
-                }
-            },
+            when: |m| super::Expected::holds_if(m.flaw == Flaw::SilentReacquire),
         },
         condition: |_: &KeepaliveModel, s: &KaState| s.late_renewal,
     },
