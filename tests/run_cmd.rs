@@ -678,3 +678,58 @@ fn load_scripts(url: &str) {
     let out = fencecheck(&["run", "--redis-url", url, "--name", "warm", "--", "true"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
 }
+
+/// A grace that leaves less than two thirds of the TTL before SIGTERM is due (3 s TTL, 2 s
+/// grace: SIGTERM would come 0.97 s after the grant): renewals come sooner than every TTL/3, so
+/// on a healthy server the job runs to its end. With the server frozen (SIGSTOP) the same job is
+/// still stopped inside the lease (its own record of when SIGTERM reached it): the schedule
+/// still bites.
+#[test]
+fn a_long_grace_runs_the_job_to_its_end_and_still_stops_it_inside_the_lease() {
+    let Some(redis) = started_or_skip("run: long grace", RedisServer::start(false)) else {
+        return;
+    };
+    let url = redis.url();
+    let dir = TempDir::new("long-grace").unwrap();
+    let record = dir.path().join("stopped");
+    let job = format!(
+        "trap 'date +%s%N > {}; exit 143' TERM; sleep 4 & wait",
+        record.display()
+    );
+    let run = |name: &str| {
+        let args = ["run", "--redis-url", &url, "--name", name, "--ttl", "3s"];
+        fencecheck_cmd()
+            .args(args)
+            .args(["--grace", "2s", "--", "sh", "-c", &job])
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run fencecheck")
+    };
+    let started = Instant::now();
+    let out = run("long-grace").wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(started.elapsed() >= Duration::from_secs(4));
+    assert!(!record.exists(), "the healthy job was never sent SIGTERM");
+
+    // The control: the server stops answering 0.5 s into the job.
+    let job = run("long-grace-frozen");
+    std::thread::sleep(Duration::from_millis(500));
+    let pid = redis.pid().expect("redis runs");
+    let frozen = std::time::SystemTime::now();
+    fencecheck_testkit::signal(pid, libc::SIGSTOP).unwrap();
+    let out = job.wait_with_output().unwrap();
+    fencecheck_testkit::signal(pid, libc::SIGCONT).unwrap();
+    assert_eq!(out.status.code(), Some(76), "{}", text(&out.stderr));
+    let ns: u64 = std::fs::read_to_string(&record)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let stopped = std::time::UNIX_EPOCH + Duration::from_nanos(ns);
+    let after = stopped.duration_since(frozen).unwrap_or_default();
+    // The lease the server holds ends 3 s after the last renewal it answered, before the freeze.
+    assert!(
+        after < Duration::from_millis(2_500),
+        "the job was stopped {after:?} after the server froze, past the lease"
+    );
+}

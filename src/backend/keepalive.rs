@@ -5,10 +5,7 @@
 //! the same machine `fencecheck run` drives and the `keepalive` models check.
 
 use super::contract::{Grant, LockService};
-use crate::protocol::{
-    default_drift, default_grace, renew_every, Holder, Phase, Renewals, ScheduleError, Step,
-    StopPolicy, Token,
-};
+use crate::protocol::{Holder, Phase, Renewals, Schedule, ScheduleError, Step, StopPolicy, Token};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{oneshot, watch};
@@ -17,7 +14,8 @@ use tokio::task::JoinHandle;
 /// How a held lease is renewed, and how the work it guards is stopped.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct KeepaliveOptions {
-    /// Renew this often; `None` means [`renew_every`] (a third of the TTL).
+    /// Renew this often; `None` means a third of the TTL, or less where a long grace needs it
+    /// ([`Schedule::new`]).
     pub every: Option<Duration>,
     /// Subtracted from every deadline to cover the server's clock running faster than ours.
     /// `None` means [`default_drift`] (1 % of the TTL plus 2 ms).
@@ -28,13 +26,9 @@ pub struct KeepaliveOptions {
 }
 
 impl KeepaliveOptions {
-    fn resolve(self, ttl: Duration) -> Result<(Duration, Duration, StopPolicy), ScheduleError> {
-        let every = self
-            .every
-            .map_or_else(|| renew_every(ttl), |e| e.max(Duration::from_millis(1)));
-        let drift = self.drift.unwrap_or(default_drift(ttl));
-        let grace = self.grace.unwrap_or_else(|| default_grace(ttl, drift));
-        Ok((every, drift, StopPolicy::new(ttl, drift, grace)?))
+    /// The schedule of a lease of `ttl` with these options ([`Schedule::new`]).
+    pub fn schedule(self, ttl: Duration) -> Result<Schedule, ScheduleError> {
+        Schedule::new(ttl, self.every, self.drift, self.grace)
     }
 }
 
@@ -103,7 +97,22 @@ pub fn hold<L: LockService + 'static>(
     grant: Grant,
     options: KeepaliveOptions,
 ) -> Result<HeldLease<L>, ScheduleError> {
-    let (every, drift, policy) = options.resolve(grant.ttl)?;
+    let schedule = options.schedule(grant.ttl)?;
+    Ok(hold_on(lock, grant, schedule))
+}
+
+/// [`hold`] with the schedule already built from the grant's TTL (by
+/// [`KeepaliveOptions::schedule`]), for a caller that judged the grant with it first.
+pub fn hold_on<L: LockService + 'static>(
+    lock: Arc<L>,
+    grant: Grant,
+    schedule: Schedule,
+) -> HeldLease<L> {
+    let Schedule {
+        every,
+        drift,
+        policy,
+    } = schedule;
     // Every time below is measured from the grant's send time.
     let origin = grant.sent_at;
     let since = move |t: Instant| t.saturating_duration_since(origin);
@@ -158,7 +167,7 @@ pub fn hold<L: LockService + 'static>(
             }
         }
     });
-    Ok(HeldLease {
+    HeldLease {
         lock,
         owner: grant.owner,
         token,
@@ -169,7 +178,7 @@ pub fn hold<L: LockService + 'static>(
         deadline: deadline_rx,
         stop: Some(stop_tx),
         task,
-    })
+    }
 }
 
 impl<L: LockService + 'static> HeldLease<L> {

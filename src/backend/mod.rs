@@ -36,7 +36,7 @@ pub use self::contract::{
 pub use self::election::{LeaderElection, Leadership};
 pub use self::etcd::rpc as etcd_rpc;
 pub use self::etcd::{EtcdLock, EtcdOptions};
-pub use self::keepalive::{hold, HeldLease, KeepaliveOptions, LostReason, Stop};
+pub use self::keepalive::{hold, hold_on, HeldLease, KeepaliveOptions, LostReason, Stop};
 pub use self::local::{LocalFencedMap, LocalLock};
 pub use self::postgres::PgFencedStore;
 pub use self::redis::{scripts as redis_scripts, RedisFencedStore, RedisLock, RedisOptions};

@@ -52,8 +52,9 @@ enum Command {
     /// Run a command while holding a lock, stopping it before its lease can end.
     ///
     /// Acquires the lease, starts CMD in its own process group with the fencing token in
-    /// FENCECHECK_TOKEN, and renews the lease every TTL/3. If renewals fail, the group gets
-    /// SIGTERM at the lease's safe deadline minus --grace and SIGKILL at the deadline; if the
+    /// FENCECHECK_TOKEN, and renews the lease every TTL/3 (sooner for a long --grace). If
+    /// renewals fail, the group gets SIGTERM at the lease's safe deadline minus --grace and
+    /// SIGKILL at the deadline; if the
     /// server says the lease is gone, SIGTERM at once. The command dies with this supervisor
     /// (kill -9 included); INT, TERM, HUP, QUIT, USR1 and USR2 are passed to its group.
     ///

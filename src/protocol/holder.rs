@@ -34,6 +34,57 @@ pub fn renew_every(ttl: Duration) -> Duration {
     (ttl / 3).max(Duration::from_millis(1))
 }
 
+/// A held lease's whole schedule, built once from the TTL the server granted: how often to
+/// renew, the clock-drift margin, and the stop policy. Every default and every check of a
+/// holder's margins is made here; `fencecheck run`, the keepalive and the election take it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Schedule {
+    /// How often to renew.
+    pub every: Duration,
+    /// Subtracted from every deadline to cover the server's clock running faster than ours.
+    pub drift: Duration,
+    /// When work may start, when it is asked to stop and when it is killed.
+    pub policy: StopPolicy,
+}
+
+impl Schedule {
+    /// The schedule of a lease of `ttl`, with what the caller asked for (`None`: the default).
+    ///
+    /// Defaults: the drift margin [`default_drift`], the grace [`default_grace`], and renewals
+    /// every [`renew_every`] (a third of the TTL) unless that would not put two renewals before
+    /// the gentle stop at deadline − grace: then a third of the time before that stop, so that a
+    /// long grace on a healthy server never stops the work for want of a renewal. Refused when
+    /// the drift margin or the grace does not fit in the TTL.
+    pub fn new(
+        ttl: Duration,
+        every: Option<Duration>,
+        drift: Option<Duration>,
+        grace: Option<Duration>,
+    ) -> Result<Self, ScheduleError> {
+        let drift = drift.unwrap_or_else(|| default_drift(ttl));
+        let grace = grace.unwrap_or_else(|| default_grace(ttl, drift));
+        let policy = StopPolicy::new(ttl, drift, grace)?;
+        let every = match every {
+            Some(every) => every.max(Duration::from_millis(1)),
+            None => {
+                // StopPolicy::new has checked that grace < ttl - drift.
+                let before_stop = ttl - drift - grace;
+                let third = renew_every(ttl);
+                if third * 2 < before_stop {
+                    third
+                } else {
+                    (before_stop / 3).max(Duration::from_millis(1))
+                }
+            }
+        };
+        Ok(Schedule {
+            every,
+            drift,
+            policy,
+        })
+    }
+}
+
 /// Why a stop schedule was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ScheduleError {
@@ -278,6 +329,37 @@ mod tests {
         assert_eq!(default_grace(ms(5), ms(12)), Duration::ZERO);
         assert_eq!(renew_every(ms(3000)), ms(1000));
         assert_eq!(renew_every(Duration::from_micros(3)), ms(1));
+    }
+
+    #[test]
+    fn a_schedule_puts_two_renewals_before_the_gentle_stop() {
+        // The defaults: a third of the TTL already fits.
+        let s = Schedule::new(ms(3000), None, None, None).unwrap();
+        assert_eq!(
+            (s.every, s.drift, s.policy.grace()),
+            (ms(1000), ms(32), ms(742))
+        );
+        // A long grace: 3 s TTL, 2 s grace leaves 968 ms before the gentle stop.
+        let s = Schedule::new(ms(3000), None, None, Some(ms(2000))).unwrap();
+        assert_eq!(s.every, ms(968) / 3);
+        assert!(s.every * 2 < ms(3000) - s.drift - ms(2000));
+        // Exactly at the edge: two thirds of the TTL is not before the stop.
+        let s = Schedule::new(ms(3000), None, Some(ms(0)), Some(ms(1000))).unwrap();
+        assert_eq!(s.every, ms(2000) / 3);
+        // What was asked is kept.
+        let s = Schedule::new(ms(3000), Some(ms(5)), Some(ms(7)), Some(ms(11))).unwrap();
+        assert_eq!((s.every, s.drift, s.policy.grace()), (ms(5), ms(7), ms(11)));
+        assert_eq!(
+            Schedule::new(ms(3000), Some(ms(0)), None, None)
+                .unwrap()
+                .every,
+            ms(1)
+        );
+        // The margins are checked.
+        assert!(matches!(
+            Schedule::new(ms(3000), None, None, Some(ms(2968))),
+            Err(ScheduleError::GraceTooLong { .. })
+        ));
     }
 
     #[test]

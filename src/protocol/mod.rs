@@ -30,7 +30,7 @@ pub use history::{
     TermReused, TokenOrder,
 };
 pub use holder::{
-    default_drift, default_grace, renew_every, safe_deadline, Holder, Phase, Renewals,
+    default_drift, default_grace, renew_every, safe_deadline, Holder, Phase, Renewals, Schedule,
     ScheduleError, Step, StopPolicy,
 };
 pub use leader_lease::{Drift, LeaderLease, LeaderLeaseError};

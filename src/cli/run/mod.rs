@@ -4,10 +4,10 @@ use super::floor::{FloorError, TokenFloor};
 use super::{parse_duration, UsageError};
 use clap::{Args, ValueEnum};
 use fencecheck::backend::{
-    connect, default_drift, default_grace, hold, parse_endpoints, Acquired, BackendError,
-    ErrorKind, Grant, KeepaliveOptions, LockService, LockSpec, Recorder, Stop,
+    connect, hold_on, parse_endpoints, Acquired, BackendError, ErrorKind, Grant, KeepaliveOptions,
+    LockService, LockSpec, Recorder, Stop,
 };
-use fencecheck::protocol::{safe_deadline, Observed, Phase, ScheduleError, StopPolicy};
+use fencecheck::protocol::{safe_deadline, Observed, Phase, ScheduleError};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -139,7 +139,8 @@ pub(super) struct RunArgs {
     wait: Option<String>,
     /// How long the command has between SIGTERM and SIGKILL. Both come inside the lease:
     /// SIGTERM at the safe deadline minus the grace, SIGKILL at the safe deadline; so the grace
-    /// must fit in TTL minus drift (default: a quarter of that, at most 10s).
+    /// must fit in TTL minus drift (default: a quarter of that, at most 10s). Renewals come
+    /// often enough that two fall before SIGTERM is due.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     grace: Option<Duration>,
     /// Margin subtracted from the lease's deadline for clock drift (default: 1 % of the TTL
@@ -208,13 +209,12 @@ fn check_args(args: &RunArgs) -> Result<(), UsageError> {
     }
     fencecheck::backend::Ttl::new(args.ttl)
         .map_err(|e| UsageError(fencecheck::backend::BackendError::from(e).to_string()))?;
-    let drift = args.drift.unwrap_or_else(|| default_drift(args.ttl));
-    StopPolicy::new(args.ttl, drift, grace_for(args, args.ttl)).map_err(|e| {
+    keepalive(args).schedule(args.ttl).map_err(|e| {
         let flag = match e {
-            ScheduleError::DriftTooLarge { .. } if args.drift.is_none() => {
+            ScheduleError::DriftTooLarge { drift, .. } if args.drift.is_none() => {
                 format!("the default --drift of {drift:?} (1 % of the TTL + 2 ms)")
             }
-            ScheduleError::DriftTooLarge { .. } => format!("--drift {drift:?}"),
+            ScheduleError::DriftTooLarge { drift, .. } => format!("--drift {drift:?}"),
             ScheduleError::GraceTooLong { grace, .. } => format!("--grace {grace:?}"),
         };
         UsageError(format!("{flag} with --ttl {:?}: {e}", args.ttl))
@@ -436,10 +436,8 @@ async fn run_holding<L: LockService + 'static>(
     }
     // The schedule comes from what the server granted (etcd rounds the TTL up, ZooKeeper clamps it).
     let granted = grant.ttl;
-    let drift = args.drift.unwrap_or_else(|| default_drift(granted));
-    let grace = grace_for(&args, granted);
-    let policy = match StopPolicy::new(granted, drift, grace) {
-        Ok(policy) => policy,
+    let schedule = match keepalive(&args).schedule(granted) {
+        Ok(schedule) => schedule,
         Err(e) => {
             let _ = lock.release(&owner, token).await;
             return Err(UsageError(format!(
@@ -451,8 +449,9 @@ async fn run_holding<L: LockService + 'static>(
     // Judged on the grant itself, before any renewal is sent: a renewal racing this check must not
     // decide whether the command starts.
     let since_sent = Instant::now().saturating_duration_since(grant.sent_at);
-    let deadline = safe_deadline(Duration::ZERO, granted, drift);
-    if !policy.may_start(since_sent, deadline) {
+    let deadline = safe_deadline(Duration::ZERO, granted, schedule.drift);
+    let grace = schedule.policy.grace();
+    if !schedule.policy.may_start(since_sent, deadline) {
         let _ = lock.release(&owner, token).await;
         eprintln!(
             "fencecheck run: the lease on {:?} (token {token}) arrived with {:?} left before \
@@ -462,20 +461,7 @@ async fn run_holding<L: LockService + 'static>(
         );
         return Ok(ExitCode::from(EXIT_LEASE_LOST));
     }
-    let keepalive = KeepaliveOptions {
-        every: None,
-        drift: Some(drift),
-        grace: Some(grace),
-    };
-    let mut held = match hold(Arc::clone(&lock), grant, keepalive) {
-        Ok(held) => held,
-        Err(e) => {
-            let _ = lock.release(&owner, token).await;
-            return Err(UsageError(format!(
-                "the server granted a TTL of {granted:?}: {e}"
-            )));
-        }
-    };
+    let mut held = hold_on(Arc::clone(&lock), grant, schedule);
     // The watchdog runs before the command exists: the command tells it its process group from
     // between fork and exec, so no process the command starts can escape a supervisor killed at
     // any moment.
@@ -591,7 +577,12 @@ async fn run_holding<L: LockService + 'static>(
 }
 
 /// The grace between SIGTERM and SIGKILL: `--grace`, or a quarter of the safe window up to 10 s.
-fn grace_for(args: &RunArgs, ttl: Duration) -> Duration {
-    args.grace
-        .unwrap_or_else(|| default_grace(ttl, args.drift.unwrap_or_else(|| default_drift(ttl))))
+/// The holder's options as the flags give them; [`KeepaliveOptions::schedule`] fills in the
+/// defaults for the TTL at hand.
+fn keepalive(args: &RunArgs) -> KeepaliveOptions {
+    KeepaliveOptions {
+        every: None,
+        drift: args.drift,
+        grace: args.grace,
+    }
 }
