@@ -18,10 +18,10 @@ pub struct KeepaliveOptions {
     /// ([`Schedule::new`]).
     pub every: Option<Duration>,
     /// Subtracted from every deadline to cover the server's clock running faster than ours.
-    /// `None` means [`default_drift`] (1 % of the TTL plus 2 ms).
+    /// `None` means [`crate::protocol::default_drift`] (1 % of the TTL plus 2 ms).
     pub drift: Option<Duration>,
     /// Between asking the work to stop and killing it; both come before the safe deadline.
-    /// `None` means [`default_grace`].
+    /// `None` means [`crate::protocol::default_grace`].
     pub grace: Option<Duration>,
 }
 
