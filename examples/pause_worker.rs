@@ -8,14 +8,14 @@
 //! the safe deadline passed · `release` -> `RELEASED <true|false>` · EOF ends it.
 //!
 //! ```text
-//! pause_worker --backend redis --redis-url redis://127.0.0.1:6379 --pg-url postgres://... \
+//! pause_worker --lock redis://127.0.0.1:6379 --pg-url postgres://... \
 //!     --name L --ttl-ms 300 --owner A
 //! ```
 
 use fencecheck::backend::raft::{RaftFencedStore, RaftOptions};
 use fencecheck::backend::{
-    connect, hold, parse_endpoints, FencedStorage, KeepaliveOptions, LockService, LockSpec,
-    PgFencedStore, WriteOutcome,
+    connect, hold, FencedStorage, KeepaliveOptions, LockService, LockSpec, PgFencedStore,
+    WriteOutcome,
 };
 use fencecheck::protocol::FencePolicy;
 use std::io::Write;
@@ -39,13 +39,7 @@ struct Settings {
 
 fn settings() -> Result<Settings, String> {
     let mut args = std::env::args().skip(1);
-    let (mut backend, mut redis_url, mut endpoints, mut zk) = (
-        "redis".to_string(),
-        "redis://127.0.0.1:6379".to_string(),
-        "http://127.0.0.1:2379".to_string(),
-        "127.0.0.1:2181".to_string(),
-    );
-    let mut raft = "127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003".to_string();
+    let mut spec: Option<LockSpec> = None;
     let (mut pg_url, mut name, mut ttl, mut owner) = (None, None, None, None);
     let (mut key, mut table, mut unfenced) = ("data".to_string(), "fenced".to_string(), false);
     while let Some(flag) = args.next() {
@@ -57,11 +51,7 @@ fn settings() -> Result<Settings, String> {
             .next()
             .ok_or_else(|| format!("{flag}: expected a value after it"))?;
         match flag.as_str() {
-            "--backend" => backend = value,
-            "--redis-url" => redis_url = value,
-            "--endpoints" => endpoints = value,
-            "--zk" => zk = value,
-            "--raft" => raft = value,
+            "--lock" => spec = Some(value.parse().map_err(|e| format!("--lock: {e}"))?),
             "--pg-url" => pg_url = Some(value),
             "--name" => name = Some(value),
             "--ttl-ms" => {
@@ -76,23 +66,9 @@ fn settings() -> Result<Settings, String> {
             other => return Err(format!("unknown flag {other:?}")),
         }
     }
-    let spec = match backend.as_str() {
-        "redis" => LockSpec::Redis { url: redis_url },
-        "etcd" => LockSpec::Etcd {
-            endpoints: parse_endpoints(&endpoints),
-        },
-        "zookeeper" => LockSpec::Zookeeper { connect: zk },
-        "raft" => LockSpec::Raft {
-            nodes: parse_endpoints(&raft),
-        },
-        other => {
-            return Err(format!(
-                "--backend {other:?}: expected redis, etcd, zookeeper or raft"
-            ))
-        }
-    };
+    let spec = spec.ok_or("--lock SPEC is required (redis://, etcd://, zk:// or raft://)")?;
     if pg_url.is_none() && !matches!(spec, LockSpec::Raft { .. }) {
-        return Err("--pg-url is required (only the raft backend has keys of its own)".into());
+        return Err("--pg-url is required (only a raft:// lock has keys of its own)".into());
     }
     let need = |v: Option<String>, flag: &str| v.ok_or_else(|| format!("{flag} is required"));
     Ok(Settings {

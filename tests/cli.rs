@@ -251,7 +251,7 @@ fn bad_input_gets_one_clear_line_and_exit_2() {
         #[cfg(feature = "backends")]
         (
             &["demo", "--store", "redis"],
-            "error: --store redis needs --backend redis",
+            "error: --store redis needs a lock on a server, such as --lock redis",
         ),
     ];
     for (args, message) in cases {

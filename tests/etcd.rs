@@ -278,8 +278,11 @@ fn run_and_demo_work_on_etcd() {
     let Some(etcd) = started_or_skip("run on etcd", EtcdCluster::start(1)) else {
         return;
     };
-    let endpoints = etcd.endpoints().join(",");
-    let flags = ["--backend", "etcd", "--endpoints", &endpoints];
+    let spec = LockSpec::Etcd {
+        endpoints: etcd.endpoints(),
+    }
+    .to_string();
+    let flags = ["--lock", &spec];
     let first = common::run_token(&flags);
     let second = common::run_token(&flags);
     assert!(second > first, "revision tokens {first} then {second}");
@@ -287,9 +290,7 @@ fn run_and_demo_work_on_etcd() {
 }
 
 fn etcd_flags(endpoints: &str) -> Vec<String> {
-    ["--backend", "etcd", "--endpoints", endpoints]
-        .map(String::from)
-        .to_vec()
+    ["--lock".to_string(), format!("etcd://{endpoints}")].to_vec()
 }
 
 /// `fencecheck run` on etcd under the faults of `tests/run_faults.rs`: the lock key deleted

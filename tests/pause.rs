@@ -6,7 +6,7 @@
 
 mod common;
 
-use fencecheck::backend::PgFencedStore;
+use fencecheck::backend::{LockSpec, PgFencedStore};
 use fencecheck::check::trace::{validate, Replay};
 use fencecheck::protocol::{storage_in_lease_order, FencePolicy, History, Observed, Token, Trace};
 use fencecheck_testkit::{
@@ -296,12 +296,7 @@ fn paused_redis_lock_holder_cannot_write_through_fencing() {
     let Some(pg) = started_or_skip("pause trials (postgres)", PgServer::start()) else {
         return;
     };
-    let backend = [
-        "--backend".to_string(),
-        "redis".into(),
-        "--redis-url".into(),
-        redis.url(),
-    ];
+    let backend = ["--lock".to_string(), redis.url()];
     trials(&backend, &[200, 300, 400], Some(&pg), 24, 6);
 }
 
@@ -313,12 +308,10 @@ fn paused_etcd_lock_holder_cannot_write_through_fencing() {
     let Some(pg) = started_or_skip("pause trials (etcd, postgres)", PgServer::start()) else {
         return;
     };
-    let backend = [
-        "--backend".to_string(),
-        "etcd".into(),
-        "--endpoints".into(),
-        etcd.endpoints().join(","),
-    ];
+    let spec = LockSpec::Etcd {
+        endpoints: etcd.endpoints(),
+    };
+    let backend = ["--lock".to_string(), spec.to_string()];
     // etcd leases count whole seconds.
     trials(&backend, &[1000], Some(&pg), 20, 3);
 }
@@ -332,10 +325,8 @@ fn paused_zookeeper_lock_holder_cannot_write_through_fencing() {
         return;
     };
     let backend = [
-        "--backend".to_string(),
-        "zookeeper".into(),
-        "--zk".into(),
-        zk.connect_string(),
+        "--lock".to_string(),
+        format!("zk://{}", zk.connect_string()),
     ];
     // The TTL is the session timeout: the stopped holder stops pinging and the ensemble expires
     // its session, deleting its lock node.
@@ -350,10 +341,8 @@ fn paused_raft_lock_holder_cannot_write_through_fencing() {
     };
     // The lock and the fenced keys live in the same Raft group: no PostgreSQL.
     let backend = [
-        "--backend".to_string(),
-        "raft".into(),
-        "--raft".into(),
-        raft.nodes().join(","),
+        "--lock".to_string(),
+        format!("raft://{}", raft.nodes().join(",")),
     ];
     trials(&backend, &[300, 500], None, 20, 3);
 }

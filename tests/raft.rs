@@ -262,20 +262,21 @@ fn run_and_demo_work_on_raft() {
         return;
     };
     let nodes = raft.nodes().join(",");
-    let flags = ["--backend", "raft", "--raft", &nodes];
+    let spec = format!("raft://{nodes}");
+    let flags = ["--lock", &spec];
     let first = common::run_token(&flags);
     let second = common::run_token(&flags);
     assert!(second > first, "tokens {first} then {second}");
     common::demo_rejects_the_paused_worker(&flags);
-    // With no --raft the demo starts its own three nodes and writes to their Raft group; the
+    // With --lock raft alone the demo starts its own three nodes and writes to their Raft group; the
     // unfenced control lets the paused worker's write land there.
     for (flags, expect) in [
         (
-            &["demo", "--backend", "raft"][..],
+            &["demo", "--lock", "raft"][..],
             "final value : written-by-B",
         ),
         (
-            &["demo", "--backend", "raft", "--no-fence"][..],
+            &["demo", "--lock", "raft", "--no-fence"][..],
             "final value : written-by-A",
         ),
     ] {
@@ -296,9 +297,7 @@ fn run_and_demo_work_on_raft() {
 }
 
 fn raft_flags(nodes: &str) -> Vec<String> {
-    ["--backend", "raft", "--raft", nodes]
-        .map(String::from)
-        .to_vec()
+    ["--lock".to_string(), format!("raft://{nodes}")].to_vec()
 }
 
 /// `fencecheck run` on a Raft group under the faults of `tests/run_faults.rs`: the lease released

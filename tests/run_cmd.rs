@@ -1,4 +1,4 @@
-//! `fencecheck run` and `fencecheck demo --backend redis` against a real redis-server (and
+//! `fencecheck run` and `fencecheck demo --lock redis` against a real redis-server (and
 //! PostgreSQL) started by the test.
 #![cfg(feature = "backends")]
 
@@ -35,7 +35,7 @@ fn the_command_gets_the_token_and_its_exit_status_passes_through() {
     let url = redis.url();
     let out = fencecheck(&[
         "run",
-        "--redis-url",
+        "--lock",
         &url,
         "--name",
         "job",
@@ -49,21 +49,13 @@ fn the_command_gets_the_token_and_its_exit_status_passes_through() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout).trim(), "token=1 lock=job");
     let out = fencecheck(&[
-        "run",
-        "--redis-url",
-        &url,
-        "--name",
-        "job",
-        "--",
-        "sh",
-        "-c",
-        "exit 7",
+        "run", "--lock", &url, "--name", "job", "--", "sh", "-c", "exit 7",
     ]);
     assert_eq!(out.status.code(), Some(7));
     // Released at the end: the next run gets the lock at once, with the next token.
     let out = fencecheck(&[
         "run",
-        "--redis-url",
+        "--lock",
         &url,
         "--name",
         "job",
@@ -82,20 +74,11 @@ fn a_busy_lock_exits_75_and_wait_gives_up_on_time() {
     };
     let url = redis.url();
     let mut holder = fencecheck_cmd()
-        .args([
-            "run",
-            "--redis-url",
-            &url,
-            "--name",
-            "job",
-            "--",
-            "sleep",
-            "3",
-        ])
+        .args(["run", "--lock", &url, "--name", "job", "--", "sleep", "3"])
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(300));
-    let out = fencecheck(&["run", "--redis-url", &url, "--name", "job", "--", "true"]);
+    let out = fencecheck(&["run", "--lock", &url, "--name", "job", "--", "true"]);
     assert_eq!(out.status.code(), Some(75), "{}", text(&out.stderr));
     assert!(
         text(&out.stderr).contains("is held by"),
@@ -104,28 +87,13 @@ fn a_busy_lock_exits_75_and_wait_gives_up_on_time() {
     );
     let t0 = Instant::now();
     let out = fencecheck(&[
-        "run",
-        "--redis-url",
-        &url,
-        "--name",
-        "job",
-        "--wait",
-        "400ms",
-        "--",
-        "true",
+        "run", "--lock", &url, "--name", "job", "--wait", "400ms", "--", "true",
     ]);
     assert_eq!(out.status.code(), Some(75));
     assert!(t0.elapsed() >= Duration::from_millis(400));
     // --wait without a limit queues until the holder is done.
     let out = fencecheck(&[
-        "run",
-        "--redis-url",
-        &url,
-        "--name",
-        "job",
-        "--wait",
-        "--",
-        "true",
+        "run", "--lock", &url, "--name", "job", "--wait", "--", "true",
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(holder.wait().unwrap().code(), Some(0));
@@ -149,16 +117,7 @@ fn a_lost_lease_terminates_the_command() {
     // The command ends on SIGTERM.
     let child = fencecheck_cmd()
         .args([
-            "run",
-            "--redis-url",
-            &url,
-            "--name",
-            "a",
-            "--ttl",
-            "600ms",
-            "--",
-            "sleep",
-            "30",
+            "run", "--lock", &url, "--name", "a", "--ttl", "600ms", "--", "sleep", "30",
         ])
         .stderr(Stdio::piped())
         .spawn()
@@ -178,15 +137,7 @@ fn a_lost_lease_terminates_the_command() {
     // A command that ignores SIGTERM is killed after the grace period.
     let child = fencecheck_cmd()
         .args([
-            "run",
-            "--redis-url",
-            &url,
-            "--name",
-            "b",
-            "--ttl",
-            "1s",
-            "--grace",
-            "300ms",
+            "run", "--lock", &url, "--name", "b", "--ttl", "1s", "--grace", "300ms",
         ])
         .args([
             "--",
@@ -253,15 +204,7 @@ fn concurrent_runs_of_one_name_never_overlap() {
                     fencecheck_testkit::fresh_dir(env!("CARGO_TARGET_TMPDIR"), "state"),
                 )
                 .args([
-                    "run",
-                    "--redis-url",
-                    &url,
-                    "--name",
-                    "excl",
-                    "--ttl",
-                    "5s",
-                    "--wait",
-                    "20s",
+                    "run", "--lock", &url, "--name", "excl", "--ttl", "5s", "--wait", "20s",
                 ])
                 .args(["--", "sh", "-c", JOB])
                 .arg(&locked)
@@ -321,12 +264,12 @@ fn bad_input_is_rejected_with_a_reason() {
                 "run",
                 "--name",
                 "x",
-                "--redis-url",
+                "--lock",
                 "localhost:6379",
                 "--",
                 "true",
             ],
-            "invalid redis url",
+            "\"localhost:6379\": no scheme; expected redis://HOST:PORT",
         ),
         (&["run", "--name", "x"], "required"),
     ];
@@ -350,7 +293,7 @@ fn bad_input_is_rejected_with_a_reason() {
     let t0 = Instant::now();
     let out = fencecheck(&[
         "run",
-        "--redis-url",
+        "--lock",
         &url,
         "--name",
         "x",
@@ -380,42 +323,24 @@ fn every_backend_reports_bad_input_and_wrong_servers_in_one_line() {
         }
     });
     let redis_url = format!("redis://127.0.0.1:{port}");
-    let etcd_url = format!("http://127.0.0.1:{port}");
+    let etcd_url = format!("etcd://127.0.0.1:{port}");
     let cases: [(&[&str], i32, &str); 4] = [
         (
-            &[
-                "--backend",
-                "zookeeper",
-                "--zk",
-                "zk://127.0.0.1:2181",
-                "--name",
-                "x",
-            ],
+            &["--lock", "zk://zk://127.0.0.1:2181", "--name", "x"],
             2,
             "has a scheme",
         ),
         (
-            &[
-                "--backend",
-                "zookeeper",
-                "--zk",
-                "127.0.0.1:2181",
-                "--name",
-                "🔒",
-            ],
+            &["--lock", "zk://127.0.0.1:2181", "--name", "🔒"],
             2,
             "ZooKeeper refuses",
         ),
         (
-            &["--redis-url", &redis_url, "--name", "x"],
+            &["--lock", &redis_url, "--name", "x"],
             69,
             "not the Redis protocol",
         ),
-        (
-            &["--backend", "etcd", "--endpoints", &etcd_url, "--name", "x"],
-            69,
-            "no gRPC answer",
-        ),
+        (&["--lock", &etcd_url, "--name", "x"], 69, "no gRPC answer"),
     ];
     for (flags, code, says) in cases {
         let out = fencecheck(&[&["run"][..], flags, &["--timeout", "2s", "--", "true"]].concat());
@@ -434,8 +359,8 @@ fn demo_tells_the_story_on_redis_and_postgres() {
     let Some(pg) = started_or_skip("demo on postgres", PgServer::start()) else {
         return;
     };
-    let base = ["demo", "--backend", "redis", "--ttl-ms", "100"];
-    let urls = ["--redis-url", &redis.url(), "--pg-url", &pg.url()];
+    let base = ["demo", "--ttl-ms", "100"];
+    let urls = ["--lock", &redis.url(), "--pg-url", &pg.url()];
     let out = fencecheck(&[&base[..], &urls[..], &["--store", "postgres"]].concat());
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
@@ -458,7 +383,7 @@ fn demo_tells_the_story_on_redis_and_postgres() {
     assert!(stdout.contains("WRONG"), "{stdout}");
 
     // With no URLs the demo starts (and stops) throwaway servers itself.
-    let out = fencecheck(&base);
+    let out = fencecheck(&[&base[..], &["--lock", "redis"]].concat());
     let stdout = text(&out.stdout);
     assert!(
         stdout.contains("started a throwaway redis-server"),
@@ -481,20 +406,12 @@ fn wait_rides_out_a_lock_service_outage() {
     let url = redis.url();
     redis.kill9();
     let t0 = Instant::now();
-    let out = fencecheck(&["run", "--redis-url", &url, "--name", "job", "--", "true"]);
+    let out = fencecheck(&["run", "--lock", &url, "--name", "job", "--", "true"]);
     assert_eq!(out.status.code(), Some(69), "{}", text(&out.stderr));
     eprintln!("outage without --wait: exit 69 after {:?}", t0.elapsed());
     let t0 = Instant::now();
     let out = fencecheck(&[
-        "run",
-        "--redis-url",
-        &url,
-        "--name",
-        "job",
-        "--wait",
-        "700ms",
-        "--",
-        "true",
+        "run", "--lock", &url, "--name", "job", "--wait", "700ms", "--", "true",
     ]);
     assert_eq!(out.status.code(), Some(69), "{}", text(&out.stderr));
     assert!(
@@ -505,14 +422,7 @@ fn wait_rides_out_a_lock_service_outage() {
     // The outage ends 1.5 s into a 20 s wait: the command runs, and the lock was taken.
     let waiting = fencecheck_cmd()
         .args([
-            "run",
-            "--redis-url",
-            &url,
-            "--name",
-            "job",
-            "--wait",
-            "20s",
-            "--",
+            "run", "--lock", &url, "--name", "job", "--wait", "20s", "--",
         ])
         .args(["sh", "-c", "echo token=$FENCECHECK_TOKEN"])
         .stdout(Stdio::piped())
@@ -547,7 +457,7 @@ fn a_timed_out_acquire_does_not_leave_the_lock_held() {
     let held = |name: &str| lock_exists(&redis, name);
     let run = |name: &str, extra: &[&str], thaw_after: Duration| {
         with_acquire_reply_held(&proxy, thaw_after, || {
-            let mut args = vec!["run", "--redis-url", &via_proxy, "--name", name];
+            let mut args = vec!["run", "--lock", &via_proxy, "--name", name];
             args.extend_from_slice(&["--timeout", "250ms"]);
             args.extend_from_slice(extra);
             args.extend_from_slice(&["--", "true"]);
@@ -600,7 +510,7 @@ fn a_grant_that_arrives_too_late_runs_nothing() {
         let out = with_acquire_reply_held(&proxy, held_back, || {
             fencecheck(&[
                 "run",
-                "--redis-url",
+                "--lock",
                 &via_proxy,
                 "--name",
                 "late",
@@ -675,7 +585,7 @@ fn lock_exists(redis: &RedisServer, name: &str) -> bool {
 /// One ordinary run through `url` loads the lock's scripts into the server, so that every later
 /// acquire is one EVALSHA (which a test's proxy can then hold the reply of).
 fn load_scripts(url: &str) {
-    let out = fencecheck(&["run", "--redis-url", url, "--name", "warm", "--", "true"]);
+    let out = fencecheck(&["run", "--lock", url, "--name", "warm", "--", "true"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
 }
 
@@ -697,7 +607,7 @@ fn a_long_grace_runs_the_job_to_its_end_and_still_stops_it_inside_the_lease() {
         record.display()
     );
     let run = |name: &str| {
-        let args = ["run", "--redis-url", &url, "--name", name, "--ttl", "3s"];
+        let args = ["run", "--lock", &url, "--name", name, "--ttl", "3s"];
         fencecheck_cmd()
             .args(args)
             .args(["--grace", "2s", "--", "sh", "-c", &job])

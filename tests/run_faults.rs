@@ -26,7 +26,7 @@ fn redis_conn(url: &str) -> redis::Connection {
 }
 
 fn redis_flags(url: &str) -> Vec<String> {
-    vec!["--redis-url".into(), url.into()]
+    vec!["--lock".into(), url.into()]
 }
 
 #[test]
@@ -189,7 +189,7 @@ fn a_lost_token_counter_is_refused_across_runs() {
     let trace = state.path().join("runs.trace");
     let run = |extra: &[&str]| {
         Command::new(env!("CARGO_BIN_EXE_fencecheck"))
-            .args(["run", "--redis-url", &url, "--name", "floor", "--ttl", "5s"])
+            .args(["run", "--lock", &url, "--name", "floor", "--ttl", "5s"])
             .arg("--trace")
             .arg(&trace)
             .args(extra)

@@ -62,7 +62,7 @@ fn number(stdout: &str, label: &str) -> u64 {
 fn campaign_keeps_every_increment(backend: &str, flags: &[&str], trials: u64) {
     let dir = fencecheck_testkit::fresh_dir(env!("CARGO_TARGET_TMPDIR"), "torture");
     let trials_text = trials.to_string();
-    let mut args = vec!["--backend", backend, "--trials", &trials_text];
+    let mut args = vec!["--lock", backend, "--trials", &trials_text];
     args.extend_from_slice(flags);
     let report = dir.display().to_string();
     args.extend_from_slice(&["--report", &report]);
@@ -120,7 +120,7 @@ fn a_fenced_campaign_on_redis_keeps_every_increment_and_the_unfenced_control_los
 
     // The control: the same campaign writing without the token.
     let (code, out) = torture(&[
-        "--backend",
+        "--lock",
         "redis",
         "--ttl-ms",
         "200",
@@ -167,7 +167,7 @@ fn a_fenced_campaign_on_the_in_process_lock_keeps_every_increment_and_the_contro
     let flags = ["--ttl-ms", "200", "--nemesis", "pause,stall"];
     campaign_keeps_every_increment("local", &flags, 20);
     let (code, out) = torture(&[
-        "--backend",
+        "--lock",
         "local",
         "--ttl-ms",
         "200",
@@ -192,14 +192,9 @@ fn bad_campaign_settings_are_one_line_errors() {
             "--increments 101: expected 1 to 100",
         ),
         (
-            vec![
-                "--redis-url",
-                "redis://127.0.0.1:1",
-                "--nemesis",
-                "kill-server",
-            ],
-            "--nemesis kill-server kills only servers torture starts itself: leave out \
-             --redis-url/--endpoints/--zk, or the kill-server nemesis",
+            vec!["--lock", "redis://127.0.0.1:1", "--nemesis", "kill-server"],
+            "--nemesis kill-server kills only servers torture starts itself: give --lock a \
+             kind alone (redis, etcd, zk) rather than an address, or leave out kill-server",
         ),
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_fencecheck"))

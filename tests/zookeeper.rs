@@ -404,7 +404,8 @@ fn run_and_demo_work_on_zookeeper() {
     };
     let connect = zk.connect_string();
     let fencecheck = common::fencecheck;
-    let flags = ["--backend", "zookeeper", "--zk", &connect];
+    let spec = format!("zk://{connect}");
+    let flags = ["--lock", &spec];
     let first = common::run_token(&flags);
     let second = common::run_token(&flags);
     assert!(second > first, "zxid tokens {first} then {second}");
@@ -413,17 +414,7 @@ fn run_and_demo_work_on_zookeeper() {
     let out = fencecheck(&[&run[..], &["--", "sh", "-c", "exit 7"]].concat());
     assert_eq!(out.status.code(), Some(7));
     // A malformed connect string is a usage error naming it.
-    let out = fencecheck(&[
-        "run",
-        "--backend",
-        "zookeeper",
-        "--zk",
-        "nohost",
-        "--name",
-        "j",
-        "--",
-        "true",
-    ]);
+    let out = fencecheck(&["run", "--lock", "zk://nohost", "--name", "j", "--", "true"]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -435,9 +426,7 @@ fn run_and_demo_work_on_zookeeper() {
 }
 
 fn zk_flags(connect: &str) -> Vec<String> {
-    ["--backend", "zookeeper", "--zk", connect]
-        .map(String::from)
-        .to_vec()
+    ["--lock".to_string(), format!("zk://{connect}")].to_vec()
 }
 
 /// `fencecheck run` on ZooKeeper under the faults of `tests/run_faults.rs`: the lock node deleted

@@ -1,35 +1,18 @@
 //! `fencecheck demo`: the story, run for real with a real TTL and a real pause, on the in-process
 //! lock or on Redis, etcd or ZooKeeper, with PostgreSQL, Redis or in-memory storage.
 
-use super::run::ServerArgs;
 use super::servers::Started;
+use super::target::{Kind, LockArg};
 use super::UsageError;
 use clap::{Args, ValueEnum};
 use fencecheck::backend::raft::{RaftFencedStore, RaftOptions};
 use fencecheck::backend::{
-    connect, parse_endpoints, Acquired, FencedStorage, LocalFencedMap, LocalLock, LockService,
-    LockSpec, PgFencedStore, RedisFencedStore, RedisOptions, WriteOutcome,
+    connect, Acquired, FencedStorage, LocalFencedMap, LocalLock, LockService, LockSpec,
+    PgFencedStore, RedisFencedStore, RedisOptions, WriteOutcome,
 };
 use fencecheck::protocol::FencePolicy;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
-
-/// Where the demo's lock lives.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub(super) enum DemoBackend {
-    /// The in-process lease lock.
-    Local,
-    /// Redis (`--redis-url`, or a throwaway redis-server).
-    Redis,
-    /// etcd (`--endpoints`, or a throwaway one-member cluster); leases count whole seconds.
-    Etcd,
-    /// ZooKeeper (`--zk`, or a throwaway server); the TTL is a session timeout, which the
-    /// server clamps to its own bounds.
-    Zookeeper,
-    /// A fencecheck Raft cluster (`--raft`, or a throwaway three-node one); the data lives in
-    /// the same Raft group unless --store says otherwise.
-    Raft,
-}
 
 /// Where the demo's data lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -40,7 +23,7 @@ pub(super) enum DemoStore {
     Postgres,
     /// Redis (the lock's server).
     Redis,
-    /// The lock's own Raft group (needs --backend raft): grant and fenced write in one log.
+    /// The lock's own Raft group (needs --lock raft): grant and fenced write in one log.
     Raft,
 }
 
@@ -52,14 +35,16 @@ pub(super) struct DemoArgs {
     /// The lease's time-to-live in milliseconds (worker-A's pause lasts three times as long).
     #[arg(long, value_name = "MS", default_value_t = 200)]
     ttl_ms: u64,
-    /// Where the lock lives.
-    #[arg(long, value_enum, default_value_t = DemoBackend::Local)]
-    backend: DemoBackend,
-    /// Where the data lives (default: memory for the local lock, postgres for redis).
+    /// Where the lock lives: local (the in-process lease lock), a kind alone (redis, etcd, zk,
+    /// raft: a throwaway server, or three Raft nodes) or a lock service's address
+    /// (redis://HOST:PORT, etcd://HOST:PORT,..., zk://HOST:PORT,..., raft://HOST:PORT,...).
+    /// etcd counts leases in whole seconds; ZooKeeper clamps the TTL to its session bounds.
+    #[arg(long, value_name = "SPEC", default_value = "local")]
+    lock: LockArg,
+    /// Where the data lives (default: memory for the local lock, the lock's own group for raft,
+    /// postgres otherwise).
     #[arg(long, value_enum)]
     store: Option<DemoStore>,
-    #[command(flatten)]
-    servers: ServerArgs,
     /// Use this PostgreSQL instead of starting a throwaway cluster.
     #[arg(long, value_name = "URL")]
     pg_url: Option<String>,
@@ -72,19 +57,20 @@ pub(super) fn run(args: DemoArgs) -> Result<ExitCode, UsageError> {
             args.ttl_ms
         )));
     }
-    let store = args.store.unwrap_or(match args.backend {
-        DemoBackend::Local => DemoStore::Memory,
-        DemoBackend::Redis | DemoBackend::Etcd | DemoBackend::Zookeeper => DemoStore::Postgres,
-        DemoBackend::Raft => DemoStore::Raft,
+    let kind = args.lock.kind();
+    let store = args.store.unwrap_or(match kind {
+        Kind::Local => DemoStore::Memory,
+        Kind::Raft => DemoStore::Raft,
+        Kind::Redis | Kind::Etcd | Kind::Zookeeper => DemoStore::Postgres,
     });
-    if args.backend != DemoBackend::Raft && store == DemoStore::Raft {
+    if kind != Kind::Raft && store == DemoStore::Raft {
         return Err(UsageError(
-            "--store raft needs --backend raft (the store lives in the lock's Raft group)".into(),
+            "--store raft needs --lock raft (the store lives in the lock's Raft group)".into(),
         ));
     }
-    if args.backend == DemoBackend::Local && store == DemoStore::Redis {
+    if kind == Kind::Local && store == DemoStore::Redis {
         return Err(UsageError(
-            "--store redis needs --backend redis (the store lives on the lock's server)".into(),
+            "--store redis needs a lock on a server, such as --lock redis".into(),
         ));
     }
     let ttl = Duration::from_millis(args.ttl_ms);
@@ -94,27 +80,31 @@ pub(super) fn run(args: DemoArgs) -> Result<ExitCode, UsageError> {
         FencePolicy::Fenced
     };
     let mut started = Started::default();
-    let need_redis = args.backend == DemoBackend::Redis || store == DemoStore::Redis;
-    let redis_url = match (&args.servers.redis_url, need_redis) {
-        (Some(url), _) => Some(url.clone()),
-        (None, true) => Some(started.redis()?),
-        (None, false) => None,
+    // The lock service: the one given, or a throwaway one of the kind asked for.
+    let spec = match (&args.lock, kind) {
+        (LockArg::At(spec), _) => Some(spec.clone()),
+        (LockArg::Kind(_), Kind::Local) => None,
+        (LockArg::Kind(_), Kind::Redis) => Some(LockSpec::Redis {
+            url: started.redis()?,
+        }),
+        (LockArg::Kind(_), Kind::Etcd) => Some(LockSpec::Etcd {
+            endpoints: started.etcd()?,
+        }),
+        (LockArg::Kind(_), Kind::Zookeeper) => Some(LockSpec::Zookeeper {
+            connect: started.zk()?,
+        }),
+        (LockArg::Kind(_), Kind::Raft) => Some(LockSpec::Raft {
+            nodes: started.raft()?,
+        }),
     };
-    let endpoints: Vec<String> = match (&args.servers.endpoints, args.backend == DemoBackend::Etcd)
-    {
-        (Some(list), _) => parse_endpoints(list),
-        (None, true) => started.etcd()?,
-        (None, false) => Vec::new(),
+    let redis_url = match (&spec, store) {
+        (_, store) if store != DemoStore::Redis => None,
+        (Some(LockSpec::Redis { url }), _) => Some(url.clone()),
+        _ => Some(started.redis()?),
     };
-    let zk = match (&args.servers.zk, args.backend == DemoBackend::Zookeeper) {
-        (Some(connect), _) => connect.clone(),
-        (None, true) => started.zk()?,
-        (None, false) => String::new(),
-    };
-    let raft: Vec<String> = match (&args.servers.raft, args.backend == DemoBackend::Raft) {
-        (Some(list), _) => parse_endpoints(list),
-        (None, true) => started.raft()?,
-        (None, false) => Vec::new(),
+    let raft_nodes = match &spec {
+        Some(LockSpec::Raft { nodes }) => nodes.clone(),
+        _ => Vec::new(),
     };
     let pg_url = match (&args.pg_url, store == DemoStore::Postgres) {
         (Some(url), _) => Some(url.clone()),
@@ -127,19 +117,9 @@ pub(super) fn run(args: DemoArgs) -> Result<ExitCode, UsageError> {
         .expect("a tokio runtime starts");
     let result = rt.block_on(async {
         let bad = |e: fencecheck::backend::BackendError| UsageError(e.to_string());
-        let spec = match args.backend {
-            DemoBackend::Local => {
-                let lock = LocalLock::new(ttl).map_err(bad)?;
-                return with_store(&lock, store, policy, redis_url, pg_url, &args).await;
-            }
-            DemoBackend::Redis => LockSpec::Redis {
-                url: redis_url.clone().expect("set above"),
-            },
-            DemoBackend::Etcd => LockSpec::Etcd { endpoints },
-            DemoBackend::Zookeeper => LockSpec::Zookeeper { connect: zk },
-            DemoBackend::Raft => LockSpec::Raft {
-                nodes: raft.clone(),
-            },
+        let Some(spec) = spec else {
+            let lock = LocalLock::new(ttl).map_err(bad)?;
+            return with_store(&lock, store, policy, redis_url, pg_url, &args).await;
         };
         let lock = connect(&spec, "fencecheck-demo", ttl, Duration::from_secs(3))
             .await
@@ -151,7 +131,7 @@ pub(super) fn run(args: DemoArgs) -> Result<ExitCode, UsageError> {
             } else {
                 "demo"
             };
-            let s = RaftFencedStore::connect(&raft, table, policy, options).map_err(bad)?;
+            let s = RaftFencedStore::connect(&raft_nodes, table, policy, options).map_err(bad)?;
             return story(&lock, &s, &args).await;
         }
         with_store(&lock, store, policy, redis_url, pg_url, &args).await
@@ -184,7 +164,7 @@ async fn with_store<L: LockService>(
             story(lock, &s, args).await
         }
         DemoStore::Raft => Err(UsageError(
-            "--store raft needs --backend raft (the store lives in the lock's Raft group)".into(),
+            "--store raft needs --lock raft (the store lives in the lock's Raft group)".into(),
         )),
         DemoStore::Redis => {
             let url = redis_url.expect("set above");

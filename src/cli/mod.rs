@@ -15,6 +15,8 @@ mod run;
 #[cfg(feature = "backends")]
 mod servers;
 #[cfg(feature = "backends")]
+mod target;
+#[cfg(feature = "backends")]
 mod torture;
 mod validate;
 

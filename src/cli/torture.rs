@@ -4,8 +4,8 @@
 //! them past its lease. Every worker reports what it observes; each trial is judged by increments
 //! lost, `storage_in_lease_order` and trace validation against the model (`check::campaign`).
 
-use super::run::{Backend, ServerArgs};
 use super::servers::Started;
+use super::target::{Kind, LockArg};
 use super::{write_file, UsageError};
 use clap::{Args, ValueEnum};
 use fencecheck::backend::{
@@ -70,37 +70,14 @@ fn libfaketime() -> Option<PathBuf> {
     .find(|p| p.exists())
 }
 
-/// Where a campaign's lock lives.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub(super) enum Target {
-    Redis,
-    Etcd,
-    Zookeeper,
-    /// The in-process lock (`LocalLock`): the workers are threads of `torture` sharing it; a
-    /// paused worker's thread stops (the whole worker, its database connection included); a
-    /// stalled one's database link freezes.
-    Local,
-}
-
-impl Target {
-    /// The server backend, for all but the in-process lock.
-    fn server(self) -> Option<Backend> {
-        match self {
-            Target::Redis => Some(Backend::Redis),
-            Target::Etcd => Some(Backend::Etcd),
-            Target::Zookeeper => Some(Backend::Zookeeper),
-            Target::Local => None,
-        }
-    }
-}
-
 #[derive(Debug, Args)]
 pub(super) struct TortureArgs {
-    /// Where the lock lives.
-    #[arg(long, value_enum, default_value_t = Target::Redis)]
-    backend: Target,
-    #[command(flatten)]
-    servers: ServerArgs,
+    /// Where the lock lives: a kind alone (redis, etcd, zk: throwaway servers; local: the
+    /// in-process lock, whose workers are threads of `torture` sharing it, a paused worker's
+    /// thread stopping whole and a stalled one's database link freezing) or a lock service's
+    /// address (redis://HOST:PORT, etcd://HOST:PORT,..., zk://HOST:PORT,...).
+    #[arg(long, value_name = "SPEC", default_value = "redis")]
+    lock: LockArg,
     /// The PostgreSQL the workers write the counter to (default: a throwaway cluster).
     #[arg(long, value_name = "URL")]
     pg_url: Option<String>,
@@ -196,8 +173,16 @@ pub(super) fn run(args: TortureArgs) -> Result<ExitCode, UsageError> {
         ));
     }
     let kills = nemeses.contains(&Nemesis::KillServer);
-    let given = args.backend.server().and_then(|b| args.servers.given(b));
-    if args.backend == Target::Local {
+    let kind = args.lock.kind();
+    if kind == Kind::Raft {
+        return Err(UsageError(
+            "--lock raft: the campaign does not drive a Raft cluster yet; expected local, redis, \
+             etcd or zk"
+                .into(),
+        ));
+    }
+    let given = args.lock.given().cloned();
+    if kind == Kind::Local {
         for n in [Nemesis::KillServer, Nemesis::ClockSkew] {
             if nemeses.contains(&n) {
                 return Err(UsageError(format!(
@@ -210,8 +195,8 @@ pub(super) fn run(args: TortureArgs) -> Result<ExitCode, UsageError> {
     }
     if kills && given.is_some() {
         return Err(UsageError(
-            "--nemesis kill-server kills only servers torture starts itself: leave out \
-             --redis-url/--endpoints/--zk, or the kill-server nemesis"
+            "--nemesis kill-server kills only servers torture starts itself: give --lock a \
+             kind alone (redis, etcd, zk) rather than an address, or leave out kill-server"
                 .into(),
         ));
     }
@@ -231,17 +216,17 @@ pub(super) fn run(args: TortureArgs) -> Result<ExitCode, UsageError> {
     // cluster must outlive its leader.
     let spec = match given {
         Some(spec) => Some(spec),
-        None => match args.backend {
-            Target::Redis => Some(LockSpec::Redis {
+        None => match kind {
+            Kind::Redis => Some(LockSpec::Redis {
                 url: started.redis_with(kills)?,
             }),
-            Target::Etcd => Some(LockSpec::Etcd {
+            Kind::Etcd => Some(LockSpec::Etcd {
                 endpoints: started.etcd_with(if kills { 3 } else { 1 })?,
             }),
-            Target::Zookeeper => Some(LockSpec::Zookeeper {
+            Kind::Zookeeper => Some(LockSpec::Zookeeper {
                 connect: started.zk_with(if kills { 3 } else { 1 })?,
             }),
-            Target::Local => None,
+            Kind::Local | Kind::Raft => None,
         },
     };
     let pg_url = match &args.pg_url {
@@ -272,9 +257,9 @@ pub(super) fn run(args: TortureArgs) -> Result<ExitCode, UsageError> {
             Duration::from_secs(10),
         ))
         .map_err(bad)?;
-    let backend = match args.backend {
-        Target::Local => "in-process".to_string(),
-        other => format!("{other:?}").to_lowercase(),
+    let backend = match kind {
+        Kind::Local => "in-process",
+        other => other.name(),
     };
     let title = format!(
         "torture: {backend} lock, PostgreSQL counter {}, {} trials x {} workers x {} increments, \

@@ -1,11 +1,12 @@
 //! `fencecheck run`: run a command while holding a lease, like `flock` across machines.
 
 use super::floor::{FloorError, TokenFloor};
+use super::target::LockArg;
 use super::{parse_duration, UsageError};
-use clap::{Args, ValueEnum};
+use clap::Args;
 use fencecheck::backend::{
-    connect, hold_on, parse_endpoints, Acquired, BackendError, ErrorKind, Grant, KeepaliveOptions,
-    LockService, LockSpec, Recorder, Stop,
+    connect, hold_on, Acquired, BackendError, ErrorKind, Grant, KeepaliveOptions, LockService,
+    LockSpec, Recorder, Stop,
 };
 use fencecheck::protocol::{safe_deadline, Observed, Phase, ScheduleError};
 use std::process::ExitCode;
@@ -25,101 +26,36 @@ use super::exit::{
 };
 
 /// Where the lock lives.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub(super) enum Backend {
-    /// A Redis server (`--redis-url`).
-    Redis,
-    /// An etcd cluster (`--endpoints`); compatible with `etcdctl lock NAME`.
-    Etcd,
-    /// A ZooKeeper ensemble (`--zk`); a NAME starting with `/` is a lock path shared with
-    /// Curator's InterProcessMutex.
-    Zookeeper,
-    /// A fencecheck Raft cluster (`--raft`, nodes started with `fencecheck raft-node`).
-    Raft,
-}
-
-/// The servers' addresses: the flags `run` and `demo` share. Where one is not given, `run` uses
-/// the server's default local address and `demo` starts a throwaway server.
-#[derive(Debug, Args)]
-pub(super) struct ServerArgs {
-    /// The Redis server, `redis://HOST:PORT[/DB]` (run: default redis://127.0.0.1:6379; demo:
-    /// default a throwaway redis-server).
-    #[arg(long, value_name = "URL")]
-    pub(super) redis_url: Option<String>,
-    /// The etcd cluster's client URLs, comma-separated (run: default http://127.0.0.1:2379; demo:
-    /// default a throwaway one-member cluster).
-    #[arg(long, value_name = "A,B,C")]
-    pub(super) endpoints: Option<String>,
-    /// The ZooKeeper ensemble, HOST:PORT comma-separated (run: default 127.0.0.1:2181; demo:
-    /// default a throwaway server). The TTL becomes the session timeout, which the servers clamp
-    /// to their [minSessionTimeout, maxSessionTimeout].
-    #[arg(long, value_name = "HOST:PORT,...")]
-    pub(super) zk: Option<String>,
-    /// The fencecheck Raft cluster's nodes, HOST:PORT comma-separated (run: default
-    /// 127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003; demo: default a throwaway three-node cluster).
-    #[arg(long, value_name = "HOST:PORT,...")]
-    pub(super) raft: Option<String>,
-}
-
-impl ServerArgs {
-    /// The lock on `backend` at the address given for it; `None` when none was given.
-    pub(super) fn given(&self, backend: Backend) -> Option<LockSpec> {
-        match backend {
-            Backend::Redis => self.redis_url.clone().map(|url| LockSpec::Redis { url }),
-            Backend::Etcd => self.endpoints.as_deref().map(|e| LockSpec::Etcd {
-                endpoints: parse_endpoints(e),
-            }),
-            Backend::Zookeeper => self
-                .zk
-                .clone()
-                .map(|connect| LockSpec::Zookeeper { connect }),
-            Backend::Raft => self.raft.as_deref().map(|n| LockSpec::Raft {
-                nodes: parse_endpoints(n),
-            }),
-        }
-    }
-}
-
-/// Where the lock lives.
 #[derive(Debug, Args)]
 pub(super) struct LockArgs {
-    /// Where the lock lives.
-    #[arg(long, value_enum, default_value_t = Backend::Redis)]
-    pub(super) backend: Backend,
-    #[command(flatten)]
-    pub(super) servers: ServerArgs,
+    /// The lock service: redis://HOST:PORT[/DB], etcd://HOST:PORT[,HOST:PORT...] (a member may
+    /// be a full http:// URL), zk://HOST:PORT[,...] (a NAME starting with / is a lock path
+    /// shared with Curator's InterProcessMutex) or raft://HOST:PORT[,...] (nodes started with
+    /// `fencecheck raft-node`); or a kind alone (redis, etcd, zk, raft) for its usual local
+    /// address.
+    #[arg(long, value_name = "SPEC", default_value = "redis")]
+    pub(super) lock: LockArg,
 }
 
 impl LockArgs {
-    /// The chosen backend's name, as `--backend` spells it.
+    /// The lock service's kind, as `--lock` spells it.
     pub(super) fn backend_name(&self) -> &'static str {
-        match self.backend {
-            Backend::Redis => "redis",
-            Backend::Etcd => "etcd",
-            Backend::Zookeeper => "zookeeper",
-            Backend::Raft => "raft",
-        }
+        self.lock.kind().name()
     }
 
-    /// The chosen backend and its address (the server's default local address when none was
-    /// given).
-    pub(super) fn spec(&self) -> LockSpec {
-        self.servers
-            .given(self.backend)
-            .unwrap_or_else(|| match self.backend {
-                Backend::Redis => LockSpec::Redis {
-                    url: "redis://127.0.0.1:6379".into(),
-                },
-                Backend::Etcd => LockSpec::Etcd {
-                    endpoints: vec!["http://127.0.0.1:2379".into()],
-                },
-                Backend::Zookeeper => LockSpec::Zookeeper {
-                    connect: "127.0.0.1:2181".into(),
-                },
-                Backend::Raft => LockSpec::Raft {
-                    nodes: parse_endpoints("127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003"),
-                },
-            })
+    /// The lock service's address: the one given, or the kind's usual local one. The in-process
+    /// lock is refused: `run` coordinates processes, possibly on many machines.
+    pub(super) fn spec(&self) -> Result<LockSpec, UsageError> {
+        match &self.lock {
+            LockArg::At(spec) => Ok(spec.clone()),
+            LockArg::Kind(kind) => kind.default_spec().ok_or_else(|| {
+                UsageError(
+                    "--lock local: the in-process lock cannot coordinate separate runs; expected \
+                     a lock service such as redis://HOST:PORT or etcd://HOST:PORT"
+                        .into(),
+                )
+            }),
+        }
     }
 }
 
@@ -224,6 +160,7 @@ fn check_args(args: &RunArgs) -> Result<(), UsageError> {
 
 pub(super) fn run(args: RunArgs) -> Result<ExitCode, UsageError> {
     check_args(&args)?;
+    let spec = args.lock.spec()?;
     let floor = if args.no_token_floor {
         None
     } else {
@@ -238,7 +175,7 @@ pub(super) fn run(args: RunArgs) -> Result<ExitCode, UsageError> {
                         .into(),
                 )
             })?;
-        Some(TokenFloor::new(&dir, &args.lock.spec(), &args.name))
+        Some(TokenFloor::new(&dir, &spec, &args.name))
     };
     let wait = match args.wait.as_deref() {
         None => Some(Duration::ZERO),
@@ -260,7 +197,6 @@ pub(super) fn run(args: RunArgs) -> Result<ExitCode, UsageError> {
     runtime().block_on(async move {
         // With --wait, an unreachable or slow lock service is waited out like a busy lock.
         let until = wait.map(|d| Instant::now() + d);
-        let spec = args.lock.spec();
         let connected = ride_out(args.wait.is_some(), until, || {
             connect(&spec, &args.name, args.ttl, args.timeout)
         })
