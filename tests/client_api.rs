@@ -7,8 +7,8 @@
 
 use fencecheck::check::{find_model, ModelRun, Options, Params, Verdict};
 use fencecheck::client::{
-    try_verify, verify, Busy, Client, Clock, Commands, Environment, EnvironmentError, Event, Grant,
-    LeaseEnd, Service,
+    try_verify, verify, Busy, Client, Commands, Environment, EnvironmentError, Event, Lease,
+    LeaseEnd, Service, Timing,
 };
 use fencecheck::protocol::FencePolicy;
 
@@ -23,7 +23,7 @@ struct Writer {
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 enum WriterState {
     Acquiring { left: u8, retries: u8 },
-    Holding { grant: Grant, left: u8, retries: u8 },
+    Holding { grant: Lease, left: u8, retries: u8 },
     Done,
 }
 
@@ -164,8 +164,8 @@ enum OneJob {
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 enum JobState {
     Waiting,
-    Checking(Grant),
-    Writing(Grant),
+    Checking(Lease),
+    Writing(Lease),
     Done,
     Stuck,
 }
@@ -217,7 +217,7 @@ impl Client for OneJob {
         *state == JobState::Done
     }
 
-    fn working_under(&self, state: &JobState) -> Option<Grant> {
+    fn working_under(&self, state: &JobState) -> Option<Lease> {
         match state {
             JobState::Writing(grant) => Some(*grant),
             _ => None,
@@ -506,7 +506,7 @@ struct Listens;
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 enum Heard {
     Waiting,
-    Writing(Grant),
+    Writing(Lease),
     Lost,
     Done,
 }
@@ -612,7 +612,7 @@ struct OwnClock {
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 enum Timed {
     Asking { sent: u64 },
-    Holding { grant: Grant, until: u64 },
+    Holding { grant: Lease, until: u64 },
     Over,
 }
 
@@ -664,7 +664,7 @@ impl Client for OwnClock {
         *state == Timed::Over
     }
 
-    fn working_under(&self, state: &Timed) -> Option<Grant> {
+    fn working_under(&self, state: &Timed) -> Option<Lease> {
         match state {
             Timed::Holding { grant, .. } => Some(*grant),
             _ => None,
@@ -678,7 +678,7 @@ fn clocked(client: OwnClock, drift: u64, pauses: bool) -> fencecheck::client::Ve
         Environment::new(client)
             .named("own-clock")
             .service(Service::REDIS)
-            .clocked(Clock {
+            .clocked(Timing {
                 ttl,
                 drift,
                 horizon: 3 * ttl,
@@ -775,7 +775,7 @@ fn a_clock_that_makes_no_sense_is_refused() {
             from_reply: false,
             fenced: true,
         })
-        .clocked(Clock {
+        .clocked(Timing {
             ttl: 0,
             drift: 0,
             horizon: 4,

@@ -1,5 +1,5 @@
 //! The client side: one supervisor holding a lease for the work it runs (`fencecheck run`), checked
-//! on the library's own holder ([`crate::protocol::StopPolicy`], [`crate::protocol::Holder`]).
+//! on the library's own holder ([`crate::protocol::StopPolicy`], [`crate::protocol::StopTimer`]).
 //!
 //! The world: a lock service (the core `LeaseTable`, on the true clock), a supervisor whose clock
 //! may run slow by up to a declared bound, its work as a process with a child of its own, a
@@ -25,7 +25,7 @@
 //! is exercised but harmless here: the reply arrives after the server's expiry, so after the
 //! holder's send-time deadline, by which the work has been killed.
 use super::{meaning, prop, Declared, Declares, Expect, Params};
-use crate::protocol::{Fence, Holder, LeaseOrder, LeaseTable, StopPolicy, Token};
+use crate::protocol::{Fence, LeaseOrder, LeaseTable, StopPolicy, StopTimer, Token};
 use stateright::Expectation;
 use std::time::Duration;
 
@@ -167,7 +167,7 @@ pub enum Supervisor {
     /// Holds a lease for running work.
     Holding {
         /// The library's holder.
-        holder: Holder,
+        holder: StopTimer,
         /// The lease's token.
         token: Token,
         /// Renewals it may still send.
@@ -258,12 +258,14 @@ impl KaState {
     }
 
     /// The supervisor's next timer step if it is due now.
-    fn due(&self) -> Option<crate::protocol::Step> {
+    fn due(&self) -> Option<crate::protocol::StopStep> {
         let Supervisor::Holding { mut holder, .. } = self.supervisor else {
             return None;
         };
         match holder.tick(ticks(u64::from(self.local()))) {
-            s @ (crate::protocol::Step::StopGently | crate::protocol::Step::ForceStop) => Some(s),
+            s @ (crate::protocol::StopStep::StopGently | crate::protocol::StopStep::ForceStop) => {
+                Some(s)
+            }
             _ => None,
         }
     }

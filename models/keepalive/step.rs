@@ -157,9 +157,9 @@ impl Model for KeepaliveModel {
                 let at = ticks(u64::from(local));
                 if policy.may_start(at, deadline) || self.flaw == Flaw::LateStart {
                     let holder = if self.flaw == Flaw::GraceOutside {
-                        policy.holder(deadline + policy.grace())
+                        policy.timer(deadline + policy.grace())
                     } else {
-                        policy.holder(deadline)
+                        policy.timer(deadline)
                     };
                     n.supervisor = Supervisor::Holding {
                         holder,
@@ -179,13 +179,13 @@ impl Model for KeepaliveModel {
                     return None;
                 };
                 match holder.tick(ticks(u64::from(local))) {
-                    crate::protocol::Step::StopGently => {
+                    crate::protocol::StopStep::StopGently => {
                         n.work.term();
                         if self.flaw != Flaw::DirectChild {
                             n.child.term();
                         }
                     }
-                    crate::protocol::Step::ForceStop => {
+                    crate::protocol::StopStep::ForceStop => {
                         n.work.kill();
                         if self.flaw != Flaw::DirectChild {
                             n.child.kill();

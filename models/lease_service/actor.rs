@@ -2,7 +2,7 @@
 //! the storage over the core's fence, and clients through the sans-IO [`Client`] trait.
 
 use super::{
-    lock_service, storage, Busy, Client, Command, Commands, Epoch, Event, Grant, LeaseEnd, Msg,
+    lock_service, storage, Busy, Client, Command, Commands, Epoch, Event, Lease, LeaseEnd, Msg,
     Node, NodeState, Timer, NOW, TTL,
 };
 use crate::models::Mutant;
@@ -240,31 +240,31 @@ pub(crate) fn store<C: Client>(
 /// What a message tells a client, if it is one a client receives.
 pub(crate) fn event_of(msg: Msg) -> Option<Event> {
     Some(match msg {
-        Msg::Grant { token, epoch } => Event::Granted(Grant::new(token, epoch)),
+        Msg::Grant { token, epoch } => Event::Granted(Lease::new(token, epoch)),
         Msg::Accepted { token, epoch } => Event::WriteAccepted {
-            grant: Grant::new(token, epoch),
+            grant: Lease::new(token, epoch),
         },
         Msg::Rejected {
             token,
             highest,
             epoch,
         } => Event::WriteRejected {
-            grant: Grant::new(token, epoch),
+            grant: Lease::new(token, epoch),
             highest,
         },
         Msg::Refused => Event::Refused,
         Msg::Renewed { token, epoch, ok } => Event::Renewed {
-            grant: Grant::new(token, epoch),
+            grant: Lease::new(token, epoch),
             ok,
         },
         Msg::Status { token, epoch, live } => Event::LeaseStatus {
-            grant: Grant::new(token, epoch),
+            grant: Lease::new(token, epoch),
             live,
         },
         Msg::ReadAnswer { highest } => Event::ReadAnswer { highest },
-        Msg::Expired { token, epoch } => Event::LeaseLost(Grant::new(token, epoch)),
+        Msg::Expired { token, epoch } => Event::LeaseLost(Lease::new(token, epoch)),
         Msg::AlreadyDone { token, epoch } => Event::AlreadyDone {
-            grant: Grant::new(token, epoch),
+            grant: Lease::new(token, epoch),
         },
         _ => return None,
     })

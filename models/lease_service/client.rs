@@ -8,23 +8,23 @@ use std::hash::Hash;
 /// A lease the lock service granted to this client: its fencing token, and (hidden) which grant it
 /// was, so the checker can tell writes from an older lease from writes from a newer one.
 ///
-/// A client keeps the `Grant` it was given and names it when it writes, renews or releases.
+/// A client keeps the `Lease` it was given and names it when it writes, renews or releases.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Grant {
+pub struct Lease {
     token: Token,
     /// Ghost: the n-th lease the service granted. No client reads it.
     epoch: u8,
 }
 
-impl Grant {
+impl Lease {
     /// The fencing token the lock service handed out with this lease.
     pub fn token(&self) -> Token {
         self.token
     }
 
     /// A grant with this token, the `epoch`-th the lock service made (for the environment).
-    pub(crate) fn new(token: Token, epoch: u8) -> Grant {
-        Grant { token, epoch }
+    pub(crate) fn new(token: Token, epoch: u8) -> Lease {
+        Lease { token, epoch }
     }
 
     /// Which grant this was (ghost state, read only by the properties).
@@ -37,7 +37,7 @@ impl Grant {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Event {
     /// The lock service granted the lease.
-    Granted(Grant),
+    Granted(Lease),
     /// The lease is held by someone else ([`Busy::Refuse`] only: by default a request waits until
     /// the lease is free, as a blocking acquire does).
     Refused,
@@ -45,33 +45,33 @@ pub enum Event {
     /// when the lock service looked. It may expire the moment after.
     LeaseStatus {
         /// The lease asked about.
-        grant: Grant,
+        grant: Lease,
         /// Whether it was live and this client's.
         live: bool,
     },
     /// The answer to [`Command::Renew`]: whether the lease was still live and is now extended.
     Renewed {
         /// The lease renewed.
-        grant: Grant,
+        grant: Lease,
         /// Whether the renewal succeeded.
         ok: bool,
     },
     /// The storage stored the write.
     WriteAccepted {
         /// The lease the write was made under.
-        grant: Grant,
+        grant: Lease,
     },
     /// The fenced storage refused the write: a write with a larger token came first.
     WriteRejected {
         /// The lease the write was made under.
-        grant: Grant,
+        grant: Lease,
         /// The largest token the storage has accepted.
         highest: Token,
     },
     /// The answer to [`Command::WriteOnce`] when the job's effect was already applied.
     AlreadyDone {
         /// The lease the write was made under.
-        grant: Grant,
+        grant: Lease,
     },
     /// The answer to [`Command::Read`]: the largest token the storage has accepted, if any.
     ReadAnswer {
@@ -81,7 +81,7 @@ pub enum Event {
     /// The lock service says this lease has ended ([`LeaseEnd::Notified`] only: an etcd lease
     /// whose keepalive failed, a ZooKeeper session that expired). The notice travels like any
     /// message: it can arrive late.
-    LeaseLost(Grant),
+    LeaseLost(Lease),
     /// The client's timer fired. The environment has no clock the client could trust: a timer
     /// fires at any moment relative to the lease's expiry.
     Timer,
@@ -93,21 +93,21 @@ pub enum Command {
     /// Ask the lock service for the lease.
     Acquire,
     /// Ask the lock service to extend this lease.
-    Renew(Grant),
+    Renew(Lease),
     /// Ask the lock service whether this lease is still live (the check before a write).
-    CheckLease(Grant),
+    CheckLease(Lease),
     /// Write to the storage under this lease, sending its token (the fenced write).
-    Write(Grant),
+    Write(Lease),
     /// Write to the storage under this lease without its token: the storage cannot fence it.
-    WriteUnfenced(Grant),
+    WriteUnfenced(Lease),
     /// Apply the job's effect unless it has been applied already: an idempotent write keyed by
     /// the job (`INSERT ... ON CONFLICT DO NOTHING`), answered with
     /// [`Event::WriteAccepted`] or [`Event::AlreadyDone`]. The token is not compared.
-    WriteOnce(Grant),
+    WriteOnce(Lease),
     /// Ask the storage for the largest token it has accepted.
     Read,
     /// Give the lease back.
-    Release(Grant),
+    Release(Lease),
     /// Set the client's timer (one per client; setting it again keeps one). It fires at any
     /// moment; in a clocked world, at once or later.
     SetTimer,
@@ -155,27 +155,27 @@ impl Commands {
     }
 
     /// Asks to extend `grant`'s lease.
-    pub fn renew(&mut self, grant: &Grant) {
+    pub fn renew(&mut self, grant: &Lease) {
         self.commands.push(Command::Renew(*grant));
     }
 
     /// Asks whether `grant`'s lease is still live.
-    pub fn check_lease(&mut self, grant: &Grant) {
+    pub fn check_lease(&mut self, grant: &Lease) {
         self.commands.push(Command::CheckLease(*grant));
     }
 
     /// Writes under `grant` with its token.
-    pub fn write(&mut self, grant: &Grant) {
+    pub fn write(&mut self, grant: &Lease) {
         self.commands.push(Command::Write(*grant));
     }
 
     /// Writes under `grant` without its token.
-    pub fn write_unfenced(&mut self, grant: &Grant) {
+    pub fn write_unfenced(&mut self, grant: &Lease) {
         self.commands.push(Command::WriteUnfenced(*grant));
     }
 
     /// Applies the job's effect under `grant` unless it has been applied.
-    pub fn write_once(&mut self, grant: &Grant) {
+    pub fn write_once(&mut self, grant: &Lease) {
         self.commands.push(Command::WriteOnce(*grant));
     }
 
@@ -185,7 +185,7 @@ impl Commands {
     }
 
     /// Releases `grant`'s lease.
-    pub fn release(&mut self, grant: &Grant) {
+    pub fn release(&mut self, grant: &Lease) {
         self.commands.push(Command::Release(*grant));
     }
 
@@ -245,7 +245,7 @@ pub trait Client: Clone + Debug + Send + Sync + 'static {
     /// work, `work_stopped_before_successor` holds vacuously and its companion `work_ran` says
     /// so by being violated. Override it to check that the work stops before a later lease is
     /// granted.
-    fn working_under(&self, state: &Self::State) -> Option<Grant> {
+    fn working_under(&self, state: &Self::State) -> Option<Lease> {
         let _ = state;
         None
     }

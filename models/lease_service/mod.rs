@@ -35,10 +35,10 @@ mod world;
 mod writer;
 
 pub(crate) use actor::{event_of, message_of, serve, store};
-pub use client::{Busy, Client, Command, Commands, Event, Grant, LeaseEnd, Service};
+pub use client::{Busy, Client, Command, Commands, Event, Lease, LeaseEnd, Service};
 pub use msg::{Ghost, Msg, Node, NodeState, Timer};
 pub(crate) use narrate::{asked, told};
-pub use timed::{Clock, TimedAction, TimedState, TimedWorld};
+pub use timed::{TimedAction, TimedState, TimedWorld, Timing};
 pub use world::{
     Environment, EnvironmentError, World, WorldCfg, BUILT_IN_NAMES, EFFECT_EXACTLY_ONCE,
     MAX_PREDICATES,

@@ -23,7 +23,7 @@ use stateright::{Model, Property};
 
 /// The clock of a clocked world.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Clock {
+pub struct Timing {
     /// How many ticks of the service's clock a lease lasts.
     pub ttl: u64,
     /// How far an instance's clock may be from the service's, in ticks, either way.
@@ -81,7 +81,7 @@ pub struct TimedWorld<C: Client> {
     pub(crate) instances: usize,
     pub(crate) policy: FencePolicy,
     pub(crate) service: Service,
-    pub(crate) clock: Clock,
+    pub(crate) clock: Timing,
     pub(crate) effects: bool,
     pub(crate) predicates: Vec<Predicate<C>>,
     pub(crate) declarations: &'static [Declared<TimedWorld<C>>],
@@ -94,7 +94,7 @@ impl<C: Client> TimedWorld<C> {
         instances: usize,
         policy: FencePolicy,
         service: Service,
-        clock: Clock,
+        clock: Timing,
         effects: bool,
         predicates: Vec<Predicate<C>>,
     ) -> Self {

@@ -2,7 +2,7 @@
 //! instances of the user's client beside them.
 
 use super::properties::{declarations, Predicate};
-use super::timed::{Clock, TimedWorld};
+use super::timed::{TimedWorld, Timing};
 use super::{record_effects, record_out, Busy, Client, Ghost, LeaseEnd, Node, Service};
 use crate::models::{prop, Declared, Declares};
 use crate::protocol::FencePolicy;
@@ -109,7 +109,7 @@ pub struct Environment<C: Client> {
     pub(crate) storage: FencePolicy,
     pub(crate) service: Service,
     pub(crate) effects: bool,
-    pub(crate) clock: Option<Clock>,
+    pub(crate) clock: Option<Timing>,
     pub(crate) max_states: usize,
     pub(crate) predicates: Vec<Predicate<C>>,
 }
@@ -178,11 +178,11 @@ impl<C: Client> Environment<C> {
         self
     }
 
-    /// Runs the world on a clock ([`Clock`]): leases last `ttl` ticks of the lock service's
+    /// Runs the world on a clock ([`Timing`]): leases last `ttl` ticks of the lock service's
     /// clock, each instance reads its own clock ([`super::Commands::now`]), within `drift` ticks
     /// of the service's, and can set its timer for a reading of it. Without this call no clock
     /// can be trusted: leases expire at any moment.
-    pub fn clocked(mut self, clock: Clock) -> Self {
+    pub fn clocked(mut self, clock: Timing) -> Self {
         self.clock = Some(clock);
         self
     }

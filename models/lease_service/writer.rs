@@ -1,6 +1,6 @@
 //! The catalog's client: takes the lease, writes with its token, releases.
 
-use super::{Client, Command, Commands, Event, Grant};
+use super::{Client, Command, Commands, Event, Lease};
 
 /// The catalog's client's view of the lease.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -15,7 +15,7 @@ pub enum ClientState {
     /// It believes it holds the lease `grant`; one write is in flight.
     Holding {
         /// The lease it was granted.
-        grant: Grant,
+        grant: Lease,
         /// Writes still to make, counting the one in flight.
         left: u8,
         /// Times it may still ask again after losing its lease.

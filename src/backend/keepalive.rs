@@ -1,11 +1,13 @@
 //! Keeping a lease alive in the background, and knowing when the work it guards must stop.
 //!
-//! The stop schedule is the protocol core's [`Holder`]: `hold` feeds it the renewals and the
+//! The stop schedule is the protocol core's [`StopTimer`]: `hold` feeds it the renewals and the
 //! losses, and [`HeldLease::next_stop`] says when to ask the work to stop and when to kill it —
 //! the same machine `fencecheck run` drives and the `keepalive` models check.
 
 use super::contract::{Grant, LockService};
-use crate::protocol::{Holder, Phase, Renewals, Schedule, ScheduleError, Step, StopPolicy, Token};
+use crate::protocol::{
+    Phase, Renewals, Schedule, ScheduleError, StopPolicy, StopStep, StopTimer, Token,
+};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{oneshot, watch};
@@ -80,7 +82,7 @@ pub struct HeldLease<L: LockService + 'static> {
     /// The time origin of `holder` (the grant's send time).
     origin: Instant,
     policy: StopPolicy,
-    holder: Holder,
+    holder: StopTimer,
     lost: watch::Receiver<Option<LostReason>>,
     deadline: watch::Receiver<Instant>,
     stop: Option<oneshot::Sender<()>>,
@@ -173,7 +175,7 @@ pub fn hold_on<L: LockService + 'static>(
         token,
         origin,
         policy,
-        holder: policy.holder(first_deadline - origin),
+        holder: policy.timer(first_deadline - origin),
         lost: lost_rx,
         deadline: deadline_rx,
         stop: Some(stop_tx),
@@ -274,10 +276,10 @@ impl<L: LockService + 'static> HeldLease<L> {
             self.holder = self.synced();
             let lost = self.lost.borrow_and_update().clone();
             match self.holder.tick(self.since(Instant::now())) {
-                Step::StopGently => return Stop::Gently { lost },
-                Step::ForceStop => return Stop::Force,
-                Step::Done => std::future::pending::<()>().await,
-                Step::WaitUntil(t) => {
+                StopStep::StopGently => return Stop::Gently { lost },
+                StopStep::ForceStop => return Stop::Force,
+                StopStep::Done => std::future::pending::<()>().await,
+                StopStep::WaitUntil(t) => {
                     let wake = tokio::time::Instant::from_std(self.origin + t);
                     tokio::select! {
                         _ = tokio::time::sleep_until(wake) => {}
@@ -295,7 +297,7 @@ impl<L: LockService + 'static> HeldLease<L> {
     }
 
     /// The holder with the latest deadline and loss applied.
-    fn synced(&self) -> Holder {
+    fn synced(&self) -> StopTimer {
         let mut holder = self.holder;
         holder.renewed(self.since(self.deadline()));
         if self.lost.borrow().is_some() {

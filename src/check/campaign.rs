@@ -8,7 +8,9 @@
 
 use super::linearize::{self, Checked, NotLinearizable, Operation};
 use super::trace::{validate, Replay, TraceError, Validated};
-use crate::protocol::{storage_in_lease_order, Event, History, HistoryError, Observed, Trace};
+use crate::protocol::{
+    storage_in_lease_order, History, HistoryError, HistoryEvent, Observed, Trace,
+};
 use std::fmt;
 
 /// A fault the nemesis injected, on the trace's clock.
@@ -99,7 +101,7 @@ pub fn judge(record: &TrialRecord, replay: &Replay) -> TrialVerdict {
     let (mut acquisitions, mut accepted, mut rejected) = (0, 0, 0);
     // The history's events with the time each is placed at; grants and rejections at their
     // answers, accepted writes placed later by `place_accepted`.
-    let mut timed: Vec<(u64, Event)> = Vec::new();
+    let mut timed: Vec<(u64, HistoryEvent)> = Vec::new();
     // Accepted writes: (index in `timed`, epoch of the writer's grant, sent, answered).
     let mut writes: Vec<(usize, usize, u64, u64)> = Vec::new();
     let mut grants = 0usize;
@@ -117,7 +119,7 @@ pub fn judge(record: &TrialRecord, replay: &Replay) -> TrialVerdict {
                 grants += 1;
                 timed.push((
                     e.at_us,
-                    Event::Granted {
+                    HistoryEvent::Granted {
                         who: who.into(),
                         token,
                     },
@@ -142,10 +144,10 @@ pub fn judge(record: &TrialRecord, replay: &Replay) -> TrialVerdict {
                     if let Some(epoch) = epoch {
                         writes.push((timed.len(), epoch, sent, e.at_us));
                     }
-                    timed.push((e.at_us, Event::Accepted { who: who.into() }));
+                    timed.push((e.at_us, HistoryEvent::Accepted { who: who.into() }));
                 } else {
                     rejected += 1;
-                    timed.push((e.at_us, Event::Rejected { who: who.into() }));
+                    timed.push((e.at_us, HistoryEvent::Rejected { who: who.into() }));
                 }
                 if let Some(k) = open.iter().position(|(w, _)| *w == who) {
                     let (who, from) = open.remove(k);
@@ -188,7 +190,7 @@ pub fn judge(record: &TrialRecord, replay: &Replay) -> TrialVerdict {
 /// history is in lease order; when one cannot (an older lease's write was sent after a newer
 /// lease's write was answered), every placement inside the windows breaks the order, and this
 /// one does too.
-fn place_accepted(timed: &mut [(u64, Event)], writes: &mut [(usize, usize, u64, u64)]) {
+fn place_accepted(timed: &mut [(u64, HistoryEvent)], writes: &mut [(usize, usize, u64, u64)]) {
     writes.sort_by_key(|&(_, epoch, sent, _)| (epoch, sent));
     let mut at = 0u64;
     for &(index, _, sent, answered) in writes.iter() {

@@ -15,7 +15,7 @@
 //! property with a minimal counterexample told in your client's words.
 //!
 //! ```
-//! use fencecheck::client::{Client, Commands, Environment, Event, Grant};
+//! use fencecheck::client::{Client, Commands, Environment, Event, Lease};
 //!
 //! /// Takes the lease, writes once with its token, releases.
 //! #[derive(Clone, Debug)]
@@ -24,7 +24,7 @@
 //! #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 //! enum State {
 //!     Waiting,
-//!     Writing(Grant),
+//!     Writing(Lease),
 //!     Done,
 //! }
 //!
@@ -72,7 +72,17 @@
 
 pub use crate::check::verify::{explain, try_verify, verify, Verification};
 pub use crate::models::lease_service::{
-    Busy, Client, Clock, Command, Commands, Environment, EnvironmentError, Event, Grant, LeaseEnd,
-    Service, TimedAction, TimedState, TimedWorld, World, WorldCfg, BUILT_IN_NAMES,
+    Busy, Client, Command, Commands, Environment, EnvironmentError, Event, Lease, LeaseEnd,
+    Service, TimedAction, TimedState, TimedWorld, Timing, World, WorldCfg, BUILT_IN_NAMES,
     EFFECT_EXACTLY_ONCE, MAX_PREDICATES,
 };
+
+/// The former name of [`Lease`] (a lease the lock service granted to the client; `Grant` is the
+/// backend's answer to an acquire, `fencecheck::backend::Grant`).
+#[deprecated(since = "0.1.0", note = "renamed to `Lease`")]
+pub type Grant = Lease;
+
+/// The former name of [`Timing`] (the clocked world's TTL, drift, horizon and pauses;
+/// `fencecheck::local::Clock` is the in-process lock's time source).
+#[deprecated(since = "0.1.0", note = "renamed to `Timing`")]
+pub type Clock = Timing;

@@ -123,7 +123,7 @@ impl<T: Ord + Copy> TokenOrder<T> {
 
 /// One event of a recorded run.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Event {
+pub enum HistoryEvent {
     /// `who` was granted a lease carrying `token`.
     Granted {
         /// The process or client that acquired.
@@ -146,7 +146,7 @@ pub enum Event {
 /// A recorded run: grants and storage decisions, in the order they happened.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct History {
-    events: Vec<Event>,
+    events: Vec<HistoryEvent>,
 }
 
 impl History {
@@ -156,13 +156,13 @@ impl History {
     }
 
     /// Appends an event.
-    pub fn push(&mut self, event: Event) {
+    pub fn push(&mut self, event: HistoryEvent) {
         self.events.push(event);
     }
 
     /// `who` was granted a lease with `token`.
     pub fn granted(&mut self, who: &str, token: Token) {
-        self.push(Event::Granted {
+        self.push(HistoryEvent::Granted {
             who: who.into(),
             token,
         });
@@ -170,16 +170,16 @@ impl History {
 
     /// The storage accepted `who`'s write.
     pub fn accepted(&mut self, who: &str) {
-        self.push(Event::Accepted { who: who.into() });
+        self.push(HistoryEvent::Accepted { who: who.into() });
     }
 
     /// The storage rejected `who`'s write.
     pub fn rejected(&mut self, who: &str) {
-        self.push(Event::Rejected { who: who.into() });
+        self.push(HistoryEvent::Rejected { who: who.into() });
     }
 
     /// The events in order.
-    pub fn events(&self) -> &[Event] {
+    pub fn events(&self) -> &[HistoryEvent] {
         &self.events
     }
 
@@ -187,7 +187,7 @@ impl History {
     pub fn accepted_writes(&self) -> usize {
         self.events
             .iter()
-            .filter(|e| matches!(e, Event::Accepted { .. }))
+            .filter(|e| matches!(e, HistoryEvent::Accepted { .. }))
             .count()
     }
 }
@@ -242,12 +242,12 @@ pub fn storage_in_lease_order(history: &History) -> Result<(), HistoryError> {
     let mut order = LeaseOrder::new();
     for (index, event) in history.events.iter().enumerate() {
         match event {
-            Event::Granted { who, token } => {
+            HistoryEvent::Granted { who, token } => {
                 grants += 1;
                 latest.retain(|(w, _, _)| *w != who.as_str());
                 latest.push((who, grants, *token));
             }
-            Event::Accepted { who } => {
+            HistoryEvent::Accepted { who } => {
                 let Some(&(_, epoch, token)) = latest.iter().find(|(w, _, _)| *w == who.as_str())
                 else {
                     return Err(HistoryError::WriteWithoutGrant {
@@ -266,7 +266,7 @@ pub fn storage_in_lease_order(history: &History) -> Result<(), HistoryError> {
                     });
                 }
             }
-            Event::Rejected { .. } => {}
+            HistoryEvent::Rejected { .. } => {}
         }
     }
     Ok(())
@@ -318,9 +318,9 @@ impl fmt::Display for History {
                 f.write_str("; ")?;
             }
             match e {
-                Event::Granted { who, token } => write!(f, "{who} granted token {token}")?,
-                Event::Accepted { who } => write!(f, "{who} write accepted")?,
-                Event::Rejected { who } => write!(f, "{who} write rejected")?,
+                HistoryEvent::Granted { who, token } => write!(f, "{who} granted token {token}")?,
+                HistoryEvent::Accepted { who } => write!(f, "{who} write accepted")?,
+                HistoryEvent::Rejected { who } => write!(f, "{who} write rejected")?,
             }
         }
         Ok(())
@@ -358,7 +358,7 @@ mod tests {
         assert_eq!(h.events().len(), 6);
         assert_eq!(
             h.events()[4],
-            Event::Rejected {
+            HistoryEvent::Rejected {
                 who: "A".to_string()
             }
         );

@@ -143,8 +143,8 @@ impl StopPolicy {
     }
 
     /// The holder of a lease with safe deadline `deadline` whose work has started.
-    pub fn holder(&self, deadline: Duration) -> Holder {
-        Holder {
+    pub fn timer(&self, deadline: Duration) -> StopTimer {
+        StopTimer {
             grace: self.grace,
             deadline,
             force_at: None,
@@ -161,7 +161,7 @@ pub fn safe_deadline(sent: Duration, ttl: Duration, drift: Duration) -> Duration
 }
 
 /// The renewing side of a held lease: when the next renewal is due and the safe deadline each
-/// successful request gives. Time is an input, as for [`Holder`].
+/// successful request gives. Time is an input, as for [`StopTimer`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Renewals {
     ttl: Duration,
@@ -229,10 +229,10 @@ pub enum Phase {
 
 /// What the supervisor must do now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Step {
+pub enum StopStep {
     /// Nothing until `until` (or an earlier input).
     WaitUntil(Duration),
-    /// Ask the work to stop (SIGTERM to its process group), then call [`Holder::tick`] again.
+    /// Ask the work to stop (SIGTERM to its process group), then call [`StopTimer::tick`] again.
     StopGently,
     /// Kill the work (SIGKILL to its process group).
     ForceStop,
@@ -242,7 +242,7 @@ pub enum Step {
 
 /// One held lease and the work it guards.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Holder {
+pub struct StopTimer {
     grace: Duration,
     deadline: Duration,
     /// Set when the server said the lease is gone: the force stop comes no later than this.
@@ -250,7 +250,7 @@ pub struct Holder {
     phase: Phase,
 }
 
-impl Holder {
+impl StopTimer {
     /// The safe deadline now.
     pub fn deadline(&self) -> Duration {
         self.deadline
@@ -292,19 +292,19 @@ impl Holder {
     }
 
     /// What to do at `now`.
-    pub fn tick(&mut self, now: Duration) -> Step {
+    pub fn tick(&mut self, now: Duration) -> StopStep {
         match self.phase {
             Phase::Working if now >= self.stop_at() => {
                 self.phase = Phase::Stopping;
-                Step::StopGently
+                StopStep::StopGently
             }
-            Phase::Working => Step::WaitUntil(self.stop_at()),
+            Phase::Working => StopStep::WaitUntil(self.stop_at()),
             Phase::Stopping if now >= self.force_stop_at() => {
                 self.phase = Phase::Killed;
-                Step::ForceStop
+                StopStep::ForceStop
             }
-            Phase::Stopping => Step::WaitUntil(self.force_stop_at()),
-            Phase::Killed => Step::Done,
+            Phase::Stopping => StopStep::WaitUntil(self.force_stop_at()),
+            Phase::Killed => StopStep::Done,
         }
     }
 }
@@ -422,35 +422,35 @@ mod tests {
     #[test]
     fn the_whole_stop_happens_inside_the_lease() {
         let p = StopPolicy::new(ms(1000), ms(10), ms(200)).unwrap();
-        let mut h = p.holder(ms(990));
-        assert_eq!(h.tick(ms(0)), Step::WaitUntil(ms(790)));
+        let mut h = p.timer(ms(990));
+        assert_eq!(h.tick(ms(0)), StopStep::WaitUntil(ms(790)));
         h.renewed(ms(1300));
         h.renewed(ms(1200)); // an older renewal's answer never moves it back
         assert_eq!(h.deadline(), ms(1300));
-        assert_eq!(h.tick(ms(1099)), Step::WaitUntil(ms(1100)));
-        assert_eq!(h.tick(ms(1100)), Step::StopGently);
+        assert_eq!(h.tick(ms(1099)), StopStep::WaitUntil(ms(1100)));
+        assert_eq!(h.tick(ms(1100)), StopStep::StopGently);
         assert_eq!(h.phase(), Phase::Stopping);
         h.renewed(ms(5000)); // too late: the stop has begun
-        assert_eq!(h.tick(ms(1100)), Step::WaitUntil(ms(1300)));
-        assert_eq!(h.tick(ms(1300)), Step::ForceStop);
-        assert_eq!(h.tick(ms(1400)), Step::Done);
+        assert_eq!(h.tick(ms(1100)), StopStep::WaitUntil(ms(1300)));
+        assert_eq!(h.tick(ms(1300)), StopStep::ForceStop);
+        assert_eq!(h.tick(ms(1400)), StopStep::Done);
         assert_eq!(h.phase(), Phase::Killed);
     }
 
     #[test]
     fn a_revoked_lease_stops_at_once_and_kills_within_the_grace() {
         let p = StopPolicy::new(ms(1000), ms(10), ms(200)).unwrap();
-        let mut h = p.holder(ms(990));
+        let mut h = p.timer(ms(990));
         h.revoked(ms(100));
         h.renewed(ms(5000)); // nothing renews a revoked lease
-        assert_eq!(h.tick(ms(100)), Step::StopGently);
-        assert_eq!(h.tick(ms(100)), Step::WaitUntil(ms(300)));
-        assert_eq!(h.tick(ms(300)), Step::ForceStop);
+        assert_eq!(h.tick(ms(100)), StopStep::StopGently);
+        assert_eq!(h.tick(ms(100)), StopStep::WaitUntil(ms(300)));
+        assert_eq!(h.tick(ms(300)), StopStep::ForceStop);
         // Revoked close to the deadline: the kill comes at the deadline, not after it.
-        let mut late = p.holder(ms(990));
+        let mut late = p.timer(ms(990));
         late.revoked(ms(900));
         late.revoked(ms(950)); // a second report never postpones it
-        assert_eq!(late.tick(ms(950)), Step::StopGently);
+        assert_eq!(late.tick(ms(950)), StopStep::StopGently);
         assert_eq!(late.force_stop_at(), ms(990));
     }
 }

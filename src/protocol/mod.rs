@@ -26,12 +26,12 @@ pub use elector::{
 };
 pub use fence::{Fence, FencePolicy, StaleWrite};
 pub use history::{
-    one_leader_per_term, storage_in_lease_order, Event, History, HistoryError, LeaseOrder,
+    one_leader_per_term, storage_in_lease_order, History, HistoryError, HistoryEvent, LeaseOrder,
     TermReused, TokenOrder,
 };
 pub use holder::{
-    default_drift, default_grace, renew_every, safe_deadline, Holder, Phase, Renewals, Schedule,
-    ScheduleError, Step, StopPolicy,
+    default_drift, default_grace, renew_every, safe_deadline, Phase, Renewals, Schedule,
+    ScheduleError, StopPolicy, StopStep, StopTimer,
 };
 pub use leader_lease::{Drift, LeaderLease, LeaderLeaseError};
 pub use lease::{Acquire, Lease, LeaseError, LeaseTable};

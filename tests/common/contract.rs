@@ -420,12 +420,12 @@ impl<L: LockService> Broken<L> {
 /// The verdict of a fault trial: every one of `rounds` fenced writes landed, in lease order, and
 /// the grants' tokens strictly increase.
 pub fn every_round_served_in_order(history: &fencecheck::protocol::History, rounds: usize) {
-    use fencecheck::protocol::{storage_in_lease_order, Event, TokenOrder};
+    use fencecheck::protocol::{storage_in_lease_order, HistoryEvent, TokenOrder};
     storage_in_lease_order(history).unwrap();
     assert_eq!(history.accepted_writes(), rounds, "{history}");
     let mut tokens = TokenOrder::new();
     for e in history.events() {
-        if let Event::Granted { token, .. } = e {
+        if let HistoryEvent::Granted { token, .. } = e {
             tokens.grant(*token);
         }
     }

@@ -13,7 +13,7 @@
 //! and store a report. [`Guard::Once`] keys the report by the night, so the second finds it done:
 //! the job's effect is stored once.
 
-use fencecheck::client::{Client, Command, Commands, Event, Grant};
+use fencecheck::client::{Client, Command, Commands, Event, Lease};
 
 /// How the runner guards the night's report.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,9 +36,9 @@ pub enum Night {
     /// Waiting for the lease.
     Waiting,
     /// Holds the lease and asked whether it still does.
-    Checking(Grant),
+    Checking(Lease),
     /// The job ran; its report is on the way to the database.
-    Reporting(Grant),
+    Reporting(Lease),
     /// Done for tonight (its report stored, refused, or not its turn).
     Done,
 }
