@@ -286,6 +286,12 @@ fn run_and_demo_work_on_etcd() {
     let first = common::run_token(&flags);
     let second = common::run_token(&flags);
     assert!(second > first, "revision tokens {first} then {second}");
+    // The same member named https://: refused in one line, never spoken to in plaintext.
+    let tls = spec.replace("etcd://", "etcd://https://");
+    let out = common::fencecheck(&["run", "--lock", &tls, "--name", "tls", "--", "true"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("TLS is not supported"), "{err}");
     common::demo_rejects_the_paused_worker(&flags);
 }
 

@@ -335,3 +335,114 @@ fn run_faults_on_raft() {
         &proxied, &proxy, &direct, "raft",
     );
 }
+
+/// A `raft-node` on `data` with the single member `1=127.0.0.1:port`.
+fn raft_node(data: &std::path::Path, port: u16) -> std::process::Command {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_fencecheck"));
+    command
+        .args(["raft-node", "--id", "1", "--init"])
+        .args(["--members", &format!("1=127.0.0.1:{port}")])
+        .arg("--dir")
+        .arg(data)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    command
+}
+
+/// Waits until the node on `port` answers a status request.
+fn serving(port: u16) -> bool {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let addr = format!("127.0.0.1:{port}");
+    let until = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < until {
+        if rt.block_on(status(&addr, TTL)).is_ok() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+/// A node owns its directory: a second `raft-node` on it (with another address) is refused in
+/// one line naming the first one's pid, while the first serves on; once the first is killed, the
+/// directory serves again (the lock dies with its process). A log with a repeated entry (what
+/// two nodes writing one directory leave behind) is refused; the same log without the repeat
+/// starts (the control). Timing flags and members that cannot work are refused.
+#[test]
+fn a_node_owns_its_directory_and_refuses_a_log_that_repeats() {
+    let dir = fencecheck_testkit::TempDir::new("raft-dir").unwrap();
+    let data = dir.path().join("n1");
+    let port = || fencecheck_testkit::free_port().unwrap();
+    let (p1, p2, p3) = (port(), port(), port());
+    let mut first = raft_node(&data, p1).spawn().unwrap();
+    assert!(serving(p1), "the first node serves");
+    let t0 = Instant::now();
+    let second = raft_node(&data, p2).output().unwrap();
+    let err = String::from_utf8_lossy(&second.stderr);
+    assert_eq!(second.status.code(), Some(2), "{err}");
+    assert!(t0.elapsed() < Duration::from_secs(5));
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("in use by another raft-node") && err.contains(&first.id().to_string()),
+        "{err}"
+    );
+    assert!(serving(p1), "the first node still serves");
+    first.kill().unwrap();
+    first.wait().unwrap();
+
+    // The same directory, its holder gone: the node replays its log and serves.
+    let mut again = raft_node(&data, p2).spawn().unwrap();
+    assert!(
+        serving(p2),
+        "the directory serves again after its holder died"
+    );
+    again.kill().unwrap();
+    again.wait().unwrap();
+
+    // The log with its last entry written twice.
+    let log_path = data.join("log.jsonl");
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    let last_entry = log
+        .lines()
+        .rfind(|l| l.starts_with("{\"Entry\""))
+        .expect("the node logged entries")
+        .to_string();
+    std::fs::write(&log_path, format!("{log}{last_entry}\n")).unwrap();
+    let refused = raft_node(&data, p3).output().unwrap();
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("log.jsonl line") && err.contains("repeats or goes back"),
+        "{err}"
+    );
+
+    for (flags, says) in [
+        (
+            &["--heartbeat", "0s"][..],
+            "--heartbeat 0ns: expected at least 1ms",
+        ),
+        (
+            &["--election", "10000h"][..],
+            "--election 36000000s: expected at most 600s",
+        ),
+    ] {
+        let out = raft_node(&data, p3).args(flags).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flags:?}: {err}");
+        assert!(err.contains(says), "{flags:?}: {err}");
+    }
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_fencecheck"))
+        .args(["raft-node", "--id", "1", "--members"])
+        .arg(format!("1=127.0.0.1:{p3},2=127.0.0.1:{p3}"))
+        .arg("--dir")
+        .arg(dir.path().join("n2"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("ids 1 and 2 share"), "{err}");
+}

@@ -260,6 +260,11 @@ impl<L: LockService + 'static> HeldLease<L> {
         self.origin + self.synced().stop_at()
     }
 
+    /// The grace between asking the work to stop and killing it.
+    pub fn grace(&self) -> Duration {
+        self.policy.grace()
+    }
+
     /// The time by which the work must have been killed, as the schedule stands now: the safe
     /// deadline, or earlier after a loss.
     pub fn force_stop_at(&self) -> Instant {

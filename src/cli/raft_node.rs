@@ -2,7 +2,7 @@
 
 use super::{parse_duration, UsageError};
 use clap::Args;
-use fencecheck::raftdb::{serve, NodeOptions};
+use fencecheck::raftdb::{serve, NodeError, NodeOptions};
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -36,6 +36,9 @@ pub(super) struct RaftNodeArgs {
     forget_on_restart: bool,
 }
 
+/// The longest election timeout `raft-node` accepts.
+const MAX_ELECTION: Duration = Duration::from_secs(600);
+
 /// Parses `1=127.0.0.1:7001,2=127.0.0.1:7002`.
 fn parse_members(text: &str) -> Result<BTreeMap<u64, String>, UsageError> {
     let mut members = BTreeMap::new();
@@ -51,6 +54,11 @@ fn parse_members(text: &str) -> Result<BTreeMap<u64, String>, UsageError> {
                 "--members: {item:?} is not ID=HOST:PORT (such as 1=127.0.0.1:7001)"
             )));
         };
+        if let Some((other, _)) = members.iter().find(|(_, a)| **a == addr) {
+            return Err(UsageError(format!(
+                "--members: ids {other} and {id} share {addr}; each member needs its own address"
+            )));
+        }
         if members.insert(id, addr).is_some() {
             return Err(UsageError(format!("--members: id {id} is given twice")));
         }
@@ -70,6 +78,19 @@ pub(super) fn run(args: RaftNodeArgs) -> Result<ExitCode, UsageError> {
             "--id {} is not among --members (ids {:?})",
             args.id,
             members.keys().collect::<Vec<_>>()
+        )));
+    }
+    if args.heartbeat < Duration::from_millis(1) {
+        return Err(UsageError(format!(
+            "--heartbeat {:?}: expected at least 1ms",
+            args.heartbeat
+        )));
+    }
+    if args.election > MAX_ELECTION {
+        return Err(UsageError(format!(
+            "--election {:?}: expected at most {MAX_ELECTION:?} (a leader lost for longer leaves \
+             the cluster unavailable for that long)",
+            args.election
         )));
     }
     if args.election <= args.heartbeat {
@@ -105,6 +126,9 @@ pub(super) fn run(args: RaftNodeArgs) -> Result<ExitCode, UsageError> {
         .expect("a tokio runtime starts");
     match runtime.block_on(serve(options)) {
         Ok(()) => Ok(ExitCode::SUCCESS),
+        Err(e @ (NodeError::Refused(_) | NodeError::Invalid { .. })) => {
+            Err(UsageError(e.to_string()))
+        }
         Err(e) => {
             eprintln!("error: {e}");
             Ok(super::exit::code(super::exit::UNAVAILABLE))

@@ -1,7 +1,7 @@
 //! A Raft node: openraft driving the [`DiskStore`] and the replicated [`Machine`](super::Machine),
 //! peers and clients served on one TCP port.
 
-use super::store::DiskStore;
+use super::store::{DiskStore, OpenError};
 use super::wire::{read_frame, write_frame, ClientAnswer, Request, Response, Status};
 use super::{Command, TypeConfig};
 use openraft::error::{
@@ -57,6 +57,10 @@ pub enum NodeError {
         /// What was wrong and what was expected.
         reason: String,
     },
+    /// The node's directory is not this node's to use: another node holds it, or its log
+    /// was written by two nodes at once (or damaged).
+    #[error("{0}")]
+    Refused(String),
     /// Storage, network or the Raft engine failed.
     #[error("raft serve failed: {0}")]
     Failed(String),
@@ -94,8 +98,10 @@ pub async fn serve(options: NodeOptions) -> Result<(), NodeError> {
         what: "raft timing",
         reason: e.to_string(),
     })?;
-    let store = DiskStore::open(&options.dir)
-        .map_err(|e| node_err(&format!("opening {}", options.dir.display()), e))?;
+    let store = DiskStore::open(&options.dir).map_err(|e| match e {
+        OpenError::Io(e) => node_err(&format!("opening {}", options.dir.display()), e),
+        refused => NodeError::Refused(refused.to_string()),
+    })?;
     let fresh = store.is_fresh();
     let (log_store, state_machine) = Adaptor::new(store);
     let listener = TcpListener::bind(&addr)

@@ -41,6 +41,8 @@ pub struct DiskStore {
 }
 
 struct Inner {
+    /// The directory's lock, held while the store is open (see [`lock_dir`]).
+    _lock: File,
     dir: PathBuf,
     log_file: File,
     vote: Option<Vote<NodeId>>,
@@ -63,15 +65,111 @@ fn io_err(
     }
 }
 
+/// Why a node's storage could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// Another process holds the directory: two nodes on one directory would both append to
+    /// one log and vote twice.
+    #[error(
+        "{dir} is in use by another raft-node (pid {pid}); each node needs a directory of its own"
+    )]
+    InUse {
+        /// The directory.
+        dir: String,
+        /// The holder's pid, as it wrote it.
+        pid: String,
+    },
+    /// The log repeats an entry, goes backwards or skips: written by two nodes at once, or
+    /// damaged. Replaying it would rebuild a state no cluster agreed on.
+    #[error("{path} line {line}: {problem}; refusing to start on it")]
+    BadLog {
+        /// The log file.
+        path: String,
+        /// The line, from 1.
+        line: usize,
+        /// What is wrong.
+        problem: String,
+    },
+    /// The directory or its files could not be read or written.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
+/// Holds `dir` for this process: an exclusive `flock` on `dir/LOCK`, with this process's pid
+/// written in it, kept until the returned file is closed (the kernel drops it when the process
+/// ends, however it ends).
+fn lock_dir(dir: &Path) -> Result<File, OpenError> {
+    use std::os::unix::io::AsRawFd;
+    let path = dir.join("LOCK");
+    let mut file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)?;
+    // SAFETY: flock on a descriptor this function owns and keeps open.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc != 0 {
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EWOULDBLOCK) {
+            return Err(e.into());
+        }
+        let pid = std::fs::read_to_string(&path).unwrap_or_default();
+        return Err(OpenError::InUse {
+            dir: dir.display().to_string(),
+            pid: match pid.trim() {
+                "" => "unknown".into(),
+                pid => pid.into(),
+            },
+        });
+    }
+    file.set_len(0)?;
+    file.write_all(format!("{}\n", std::process::id()).as_bytes())?;
+    file.sync_data()?;
+    Ok(file)
+}
+
+/// Checks that `entry` may follow the log as it stands: the next index (after the last entry,
+/// or after the purged prefix), in a term no lower than the last entry's.
+fn follows(
+    log: &BTreeMap<u64, Entry<TypeConfig>>,
+    last_purged: Option<LogId<NodeId>>,
+    entry: &Entry<TypeConfig>,
+) -> Result<(), String> {
+    let last = log.last_key_value().map(|(_, e)| e.log_id).or(last_purged);
+    let Some(last) = last else {
+        return Ok(());
+    };
+    let index = entry.log_id.index;
+    if index <= last.index {
+        return Err(format!(
+            "entry {index} repeats or goes back (the log already reaches {})",
+            last.index
+        ));
+    }
+    if index != last.index + 1 {
+        return Err(format!("entry {index} leaves a gap after {}", last.index));
+    }
+    let (term, before) = (entry.log_id.leader_id.term, last.leader_id.term);
+    if term < before {
+        return Err(format!(
+            "entry {index} is of term {term}, below the term {before} of the entry before it"
+        ));
+    }
+    Ok(())
+}
+
 impl DiskStore {
-    /// Opens (or creates) the storage in `dir`, replaying the log file. A last line cut short by
-    /// a crash (an append never acknowledged) is dropped.
-    pub fn open(dir: &Path) -> std::io::Result<Self> {
+    /// Opens (or creates) the storage in `dir`, holding the directory for this process and
+    /// replaying the log file. A last line cut short by a crash (an append never acknowledged) is
+    /// dropped; a log whose entries repeat, go backwards or skip is refused.
+    pub fn open(dir: &Path) -> Result<Self, OpenError> {
         std::fs::create_dir_all(dir)?;
+        let lock = lock_dir(dir)?;
         let vote = match std::fs::read(dir.join("vote.json")) {
             Ok(bytes) => Some(serde_json::from_slice(&bytes).map_err(std::io::Error::other)?),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(e) => return Err(e),
+            Err(e) => return Err(e.into()),
         };
         let path = dir.join("log.jsonl");
         let mut log = BTreeMap::new();
@@ -80,7 +178,9 @@ impl DiskStore {
         if let Ok(file) = File::open(&path) {
             let mut reader = BufReader::new(file);
             let mut line = String::new();
+            let mut number = 0;
             loop {
+                number += 1;
                 line.clear();
                 let n = reader.read_line(&mut line)?;
                 if n == 0 || !line.ends_with('\n') {
@@ -92,6 +192,11 @@ impl DiskStore {
                 good_len += n as u64;
                 match record {
                     Record::Entry(e) => {
+                        follows(&log, last_purged, &e).map_err(|problem| OpenError::BadLog {
+                            path: path.display().to_string(),
+                            line: number,
+                            problem,
+                        })?;
                         log.insert(e.log_id.index, e);
                     }
                     Record::TruncateFrom(index) => {
@@ -108,6 +213,7 @@ impl DiskStore {
         log_file.set_len(good_len)?;
         Ok(DiskStore {
             inner: Arc::new(Mutex::new(Inner {
+                _lock: lock,
                 dir: dir.to_path_buf(),
                 log_file,
                 vote,

@@ -111,7 +111,8 @@ pub struct EtcdLock {
     sessions: Mutex<HashMap<String, (i64, Instant)>>,
 }
 
-/// Checks endpoints: at least one, each `http://HOST:PORT` or `HOST:PORT`.
+/// Checks endpoints: at least one, each `http://HOST:PORT` or `HOST:PORT`. An `https://`
+/// endpoint is refused rather than spoken to in plaintext: this client has no TLS.
 fn validate_endpoints(endpoints: &[String]) -> Result<(), BackendError> {
     if endpoints.is_empty() {
         return Err(BackendError::invalid(
@@ -120,10 +121,25 @@ fn validate_endpoints(endpoints: &[String]) -> Result<(), BackendError> {
         ));
     }
     for e in endpoints {
-        let rest = e
-            .strip_prefix("http://")
-            .or_else(|| e.strip_prefix("https://"))
-            .unwrap_or(e);
+        let rest = match e.split_once("://") {
+            None => e.as_str(),
+            Some(("http", rest)) => rest,
+            Some(("https", _)) => {
+                return Err(BackendError::invalid(
+                    "etcd endpoint",
+                    format!(
+                        "{e:?}: TLS is not supported, and an https endpoint is never spoken to in \
+                         plaintext; expected http://HOST:PORT"
+                    ),
+                ))
+            }
+            Some((scheme, _)) => {
+                return Err(BackendError::invalid(
+                    "etcd endpoint",
+                    format!("{e:?}: unknown scheme {scheme:?}; expected http://HOST:PORT"),
+                ))
+            }
+        };
         let port_ok = rest
             .rsplit_once(':')
             .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
@@ -542,5 +558,10 @@ mod tests {
         assert!(validate_endpoints(&["http://127.0.0.1".into()]).is_err());
         assert!(validate_endpoints(&["http://:2379".into()]).is_err());
         assert!(validate_endpoints(&["http://h:99999".into()]).is_err());
+        let tls = validate_endpoints(&["https://127.0.0.1:2379".into()]).unwrap_err();
+        assert!(tls.to_string().contains("TLS is not supported"), "{tls}");
+        assert_eq!(tls.kind(), crate::backend::ErrorKind::Invalid);
+        let ftp = validate_endpoints(&["ftp://127.0.0.1:2379".into()]).unwrap_err();
+        assert!(ftp.to_string().contains("unknown scheme \"ftp\""), "{ftp}");
     }
 }

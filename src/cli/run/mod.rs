@@ -5,10 +5,10 @@ use super::target::LockArg;
 use super::{parse_duration, UsageError};
 use clap::Args;
 use fencecheck::backend::{
-    connect, hold_on, Acquired, BackendError, ErrorKind, Grant, KeepaliveOptions, LockService,
-    LockSpec, Recorder, Stop,
+    connect, hold_on, Acquired, BackendError, ErrorKind, Grant, HeldLease, KeepaliveOptions,
+    LockService, LockSpec, Recorder, Stop,
 };
-use fencecheck::protocol::{safe_deadline, Observed, Phase, ScheduleError};
+use fencecheck::protocol::{safe_deadline, Observed, Phase, Schedule, ScheduleError};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -288,115 +288,21 @@ where
 async fn run_holding<L: LockService + 'static>(
     lock: Arc<L>,
     owner: String,
-    (wait, until): (Option<Duration>, Option<Instant>),
+    waiting: (Option<Duration>, Option<Instant>),
     floor: Option<TokenFloor>,
     recorder: Option<&Recorder>,
     args: RunArgs,
 ) -> Result<ExitCode, UsageError> {
-    let concluded_lost = |token| {
-        if let Some(r) = recorder {
-            r.record(&owner, Observed::LeaseLost { token });
-        }
-    };
-    let acquired = match wait {
-        Some(d) if d.is_zero() => match lock.try_acquire(&owner).await {
-            Ok(Acquired::Granted(g)) => Ok(Some(g)),
-            Ok(Acquired::Busy { holder, .. }) => {
-                eprintln!(
-                    "fencecheck run: lock {:?} is held by {}; not running (use --wait to queue)",
-                    args.name,
-                    holder.as_deref().unwrap_or("someone else")
-                );
-                return Ok(ExitCode::from(EXIT_LOCK_BUSY));
-            }
-            Err(e) if e.kind() == ErrorKind::Timeout => {
-                free_own_lease(lock.as_ref(), &owner).await;
-                Err(e)
-            }
-            Err(e) => Err(e),
-        },
-        // The time left of --wait at each attempt ("forever": a century), the outage ridden out.
-        Some(_) | None => {
-            let century = Duration::from_secs(100 * 365 * 86_400);
-            let timed_out = std::cell::Cell::new(false);
-            ride_out(true, until, || {
-                let left = until.map_or(century, |u| u.saturating_duration_since(Instant::now()));
-                let (lock, owner, timed_out) = (&lock, &owner, &timed_out);
-                async move {
-                    if timed_out.get() {
-                        free_own_lease(lock.as_ref(), owner).await;
-                    }
-                    let r = lock.acquire(owner, left).await;
-                    timed_out.set(r.as_ref().is_err_and(|e| e.kind() == ErrorKind::Timeout));
-                    r
-                }
-            })
-            .await
-        }
-    };
-    let grant: Grant = match acquired {
-        Ok(Some(g)) => g,
-        Ok(None) => {
-            eprintln!(
-                "fencecheck run: lock {:?} still held after waiting {}; not running",
-                args.name,
-                args.wait.as_deref().unwrap_or("")
-            );
-            return Ok(ExitCode::from(EXIT_LOCK_BUSY));
-        }
-        Err(e) => return backend_failure(e),
+    let grant = match acquire_lease(&lock, &owner, waiting, &args).await {
+        Ok(grant) => grant,
+        Err(code) => return code,
     };
     let token = grant.token;
-    match floor.as_ref().map(|f| f.admit(token)) {
-        None | Some(Ok(())) => {}
-        Some(Err(FloorError::Regressed { floor: seen })) => {
-            let _ = lock.release(&owner, token).await;
-            eprintln!(
-                "fencecheck run: token went backwards on lock {:?}: granted {token} after a run \
-                 here was granted {seen}, so the lock service lost its token counter (restart \
-                 without persistence?); not running. Leases from before the loss are not fenced \
-                 from new ones: persist the counter, then remove {} to accept it",
-                args.name,
-                floor
-                    .as_ref()
-                    .map_or(String::new(), |f| f.path().display().to_string())
-            );
-            return Ok(ExitCode::from(EXIT_TOKEN_REGRESSED));
-        }
-        Some(Err(FloorError::Io(e))) => {
-            let _ = lock.release(&owner, token).await;
-            return Err(UsageError(format!(
-                "token floor: {e}; pass --state-dir DIR or --no-token-floor"
-            )));
-        }
-    }
-    // The schedule comes from what the server granted (etcd rounds the TTL up, ZooKeeper clamps it).
-    let granted = grant.ttl;
-    let schedule = match keepalive(&args).schedule(granted) {
+    let schedule = match judge_grant(lock.as_ref(), &owner, &grant, floor.as_ref(), &args).await {
         Ok(schedule) => schedule,
-        Err(e) => {
-            let _ = lock.release(&owner, token).await;
-            return Err(UsageError(format!(
-                "the server granted a TTL of {granted:?}: {e}"
-            )));
-        }
+        Err(code) => return code,
     };
-    // A grant that arrived with too little of the lease left (a late reply, a pause) runs nothing.
-    // Judged on the grant itself, before any renewal is sent: a renewal racing this check must not
-    // decide whether the command starts.
-    let since_sent = Instant::now().saturating_duration_since(grant.sent_at);
-    let deadline = safe_deadline(Duration::ZERO, granted, schedule.drift);
     let grace = schedule.policy.grace();
-    if !schedule.policy.may_start(since_sent, deadline) {
-        let _ = lock.release(&owner, token).await;
-        eprintln!(
-            "fencecheck run: the lease on {:?} (token {token}) arrived with {:?} left before \
-             its safe deadline, not more than the grace {grace:?}; not running the command",
-            args.name,
-            deadline.saturating_sub(since_sent),
-        );
-        return Ok(ExitCode::from(EXIT_LEASE_LOST));
-    }
     let mut held = hold_on(Arc::clone(&lock), grant, schedule);
     // The watchdog runs before the command exists: the command tells it its process group from
     // between fork and exec, so no process the command starts can escape a supervisor killed at
@@ -410,24 +316,7 @@ async fn run_holding<L: LockService + 'static>(
             )));
         }
     };
-    let report_to = watchdog.report_fd();
-    let supervisor = std::process::id();
-    let mut command = tokio::process::Command::new(&args.command[0]);
-    command
-        .args(&args.command[1..])
-        .env("FENCECHECK_TOKEN", token.to_string())
-        .env("FENCECHECK_LOCK", &args.name)
-        .env("FENCECHECK_OWNER", &owner)
-        // Its own process group: every signal goes to the command and all it starts.
-        .process_group(0);
-    // SAFETY: between fork and exec only async-signal-safe calls (prctl, getppid, getpid, write).
-    unsafe {
-        command.pre_exec(move || {
-            die_with(supervisor)?;
-            tell_watchdog(report_to)
-        });
-    }
-    let mut child = match command.spawn() {
+    let mut child = match spawn_command(&args, token, &owner, &watchdog) {
         Ok(c) => c,
         Err(e) => {
             let _ = held.release().await;
@@ -438,42 +327,12 @@ async fn run_holding<L: LockService + 'static>(
         }
     };
     let group = child.id().map(|pid| pid as libc::pid_t);
-    let mut signals = Signals::install();
-    let status = loop {
-        tokio::select! {
-            status = child.wait() => break status,
-            stop = held.next_stop() => match stop {
-                Stop::Gently { lost: Some(reason) } => {
-                    concluded_lost(token);
-                    eprintln!(
-                        "fencecheck run: lease on {:?} (token {token}) lost: {reason}; sending \
-                         SIGTERM to the command's process group",
-                        args.name
-                    );
-                    signal_group(group, libc::SIGTERM);
-                }
-                Stop::Gently { lost: None } => {
-                    concluded_lost(token);
-                    eprintln!(
-                        "fencecheck run: lease on {:?} (token {token}) not renewed; sending \
-                         SIGTERM to the command's process group {:?} before the lease's safe \
-                         deadline",
-                        args.name,
-                        held.force_stop_at().saturating_duration_since(Instant::now())
-                    );
-                    signal_group(group, libc::SIGTERM);
-                }
-                Stop::Force => {
-                    eprintln!(
-                        "fencecheck run: the command did not stop within the grace ({grace:?}); \
-                         SIGKILL to its process group at the lease's deadline"
-                    );
-                    signal_group(group, libc::SIGKILL);
-                }
-            },
-            sig = signals.next() => signal_group(group, sig),
+    let concluded_lost = || {
+        if let Some(r) = recorder {
+            r.record(&owner, Observed::LeaseLost { token });
         }
     };
+    let status = supervise(&mut child, &mut held, group, &args.name, &concluded_lost).await;
     let status = status.map_err(|e| UsageError(format!("waiting for the command: {e}")))?;
     // What the command left running in its group ends before the lease is released: when it
     // finished on its own, its leftovers get SIGTERM and the grace; when it is being stopped, the
@@ -490,6 +349,211 @@ async fn run_holding<L: LockService + 'static>(
     };
     end_group(group, by).await;
     drop(watchdog);
+    Ok(release_after(held, working, status).await)
+}
+
+/// The lease: taken at once (no `--wait`), or waited for while `--wait` lasts with an outage
+/// ridden out. `Err` is what `run` returns without running anything: busy, or the service failed.
+async fn acquire_lease<L: LockService>(
+    lock: &Arc<L>,
+    owner: &str,
+    (wait, until): (Option<Duration>, Option<Instant>),
+    args: &RunArgs,
+) -> Result<Grant, Result<ExitCode, UsageError>> {
+    let acquired = match wait {
+        Some(d) if d.is_zero() => match lock.try_acquire(owner).await {
+            Ok(Acquired::Granted(g)) => Ok(Some(g)),
+            Ok(Acquired::Busy { holder, .. }) => {
+                eprintln!(
+                    "fencecheck run: lock {:?} is held by {}; not running (use --wait to queue)",
+                    args.name,
+                    holder.as_deref().unwrap_or("someone else")
+                );
+                return Err(Ok(ExitCode::from(EXIT_LOCK_BUSY)));
+            }
+            Err(e) if e.kind() == ErrorKind::Timeout => {
+                free_own_lease(lock.as_ref(), owner).await;
+                Err(e)
+            }
+            Err(e) => Err(e),
+        },
+        // The time left of --wait at each attempt ("forever": a century), the outage ridden out.
+        Some(_) | None => {
+            let century = Duration::from_secs(100 * 365 * 86_400);
+            let timed_out = std::cell::Cell::new(false);
+            ride_out(true, until, || {
+                let left = until.map_or(century, |u| u.saturating_duration_since(Instant::now()));
+                let timed_out = &timed_out;
+                async move {
+                    if timed_out.get() {
+                        free_own_lease(lock.as_ref(), owner).await;
+                    }
+                    let r = lock.acquire(owner, left).await;
+                    timed_out.set(r.as_ref().is_err_and(|e| e.kind() == ErrorKind::Timeout));
+                    r
+                }
+            })
+            .await
+        }
+    };
+    match acquired {
+        Ok(Some(g)) => Ok(g),
+        Ok(None) => {
+            eprintln!(
+                "fencecheck run: lock {:?} still held after waiting {}; not running",
+                args.name,
+                args.wait.as_deref().unwrap_or("")
+            );
+            Err(Ok(ExitCode::from(EXIT_LOCK_BUSY)))
+        }
+        Err(e) => Err(backend_failure(e)),
+    }
+}
+
+/// Whether the command may run under `grant`: its token above the floor, the schedule built
+/// from the TTL the server granted (etcd rounds it up, ZooKeeper clamps it), and more than the
+/// grace left before the safe deadline. A grant refused here is released, and `Err` is what `run`
+/// returns.
+async fn judge_grant<L: LockService>(
+    lock: &L,
+    owner: &str,
+    grant: &Grant,
+    floor: Option<&TokenFloor>,
+    args: &RunArgs,
+) -> Result<Schedule, Result<ExitCode, UsageError>> {
+    let token = grant.token;
+    let refused = match floor.map(|f| (f, f.admit(token))) {
+        None | Some((_, Ok(()))) => None,
+        Some((f, Err(FloorError::Regressed { floor: seen }))) => {
+            eprintln!(
+                "fencecheck run: token went backwards on lock {:?}: granted {token} after a run \
+                 here was granted {seen}, so the lock service lost its token counter (restart \
+                 without persistence?); not running. Leases from before the loss are not fenced \
+                 from new ones: persist the counter, then remove {} to accept it",
+                args.name,
+                f.path().display()
+            );
+            Some(Ok(ExitCode::from(EXIT_TOKEN_REGRESSED)))
+        }
+        Some((_, Err(FloorError::Io(e)))) => Some(Err(UsageError(format!(
+            "token floor: {e}; pass --state-dir DIR or --no-token-floor"
+        )))),
+    };
+    let granted = grant.ttl;
+    let schedule = match (refused, keepalive(args).schedule(granted)) {
+        (Some(refused), _) => Err(refused),
+        (None, Err(e)) => Err(Err(UsageError(format!(
+            "the server granted a TTL of {granted:?}: {e}"
+        )))),
+        (None, Ok(schedule)) => Ok(schedule),
+    };
+    // A grant that arrived with too little of the lease left (a late reply, a pause) runs nothing.
+    // Judged on the grant itself, before any renewal is sent: a renewal racing this check must not
+    // decide whether the command starts.
+    let schedule = schedule.and_then(|schedule| {
+        let since_sent = Instant::now().saturating_duration_since(grant.sent_at);
+        let deadline = safe_deadline(Duration::ZERO, granted, schedule.drift);
+        if schedule.policy.may_start(since_sent, deadline) {
+            return Ok(schedule);
+        }
+        eprintln!(
+            "fencecheck run: the lease on {:?} (token {token}) arrived with {:?} left before \
+             its safe deadline, not more than the grace {:?}; not running the command",
+            args.name,
+            deadline.saturating_sub(since_sent),
+            schedule.policy.grace(),
+        );
+        Err(Ok(ExitCode::from(EXIT_LEASE_LOST)))
+    });
+    if schedule.is_err() {
+        let _ = lock.release(owner, token).await;
+    }
+    schedule
+}
+
+/// Starts the command in its own process group with the lease in its environment, tied to this
+/// supervisor (it dies with it) and reported to the watchdog.
+fn spawn_command(
+    args: &RunArgs,
+    token: fencecheck::protocol::Token,
+    owner: &str,
+    watchdog: &Watchdog,
+) -> std::io::Result<tokio::process::Child> {
+    let report_to = watchdog.report_fd();
+    let supervisor = std::process::id();
+    let mut command = tokio::process::Command::new(&args.command[0]);
+    command
+        .args(&args.command[1..])
+        .env("FENCECHECK_TOKEN", token.to_string())
+        .env("FENCECHECK_LOCK", &args.name)
+        .env("FENCECHECK_OWNER", owner)
+        // Its own process group: every signal goes to the command and all it starts.
+        .process_group(0);
+    // SAFETY: between fork and exec only async-signal-safe calls (prctl, getppid, getpid, write).
+    unsafe {
+        command.pre_exec(move || {
+            die_with(supervisor)?;
+            tell_watchdog(report_to)
+        });
+    }
+    command.spawn()
+}
+
+/// Waits for the command while the lease's schedule asks it to stop (SIGTERM) and kills it
+/// (SIGKILL) when due, and passes this process's signals on to its group.
+async fn supervise<L: LockService + 'static>(
+    child: &mut tokio::process::Child,
+    held: &mut HeldLease<L>,
+    group: Option<libc::pid_t>,
+    name: &str,
+    concluded_lost: &dyn Fn(),
+) -> std::io::Result<std::process::ExitStatus> {
+    let token = held.token();
+    let mut signals = Signals::install();
+    loop {
+        tokio::select! {
+            status = child.wait() => return status,
+            stop = held.next_stop() => match stop {
+                Stop::Gently { lost: Some(reason) } => {
+                    concluded_lost();
+                    eprintln!(
+                        "fencecheck run: lease on {name:?} (token {token}) lost: {reason}; \
+                         sending SIGTERM to the command's process group"
+                    );
+                    signal_group(group, libc::SIGTERM);
+                }
+                Stop::Gently { lost: None } => {
+                    concluded_lost();
+                    eprintln!(
+                        "fencecheck run: lease on {name:?} (token {token}) not renewed; sending \
+                         SIGTERM to the command's process group {:?} before the lease's safe \
+                         deadline",
+                        held.force_stop_at().saturating_duration_since(Instant::now())
+                    );
+                    signal_group(group, libc::SIGTERM);
+                }
+                Stop::Force => {
+                    eprintln!(
+                        "fencecheck run: the command did not stop within the grace ({:?}); \
+                         SIGKILL to its process group at the lease's deadline",
+                        held.grace()
+                    );
+                    signal_group(group, libc::SIGKILL);
+                }
+            },
+            sig = signals.next() => signal_group(group, sig),
+        }
+    }
+}
+
+/// Releases the lease once the command's group is gone, and the exit status: the command's own
+/// when it finished while the lease held, [`EXIT_LEASE_LOST`] when it was stopped.
+async fn release_after<L: LockService + 'static>(
+    held: HeldLease<L>,
+    working: bool,
+    status: std::process::ExitStatus,
+) -> ExitCode {
+    let token = held.token();
     if !working {
         eprintln!("fencecheck run: the command ended: {status}");
         // The lease may still be ours (stopped on our own deadline, renewals failing): free it
@@ -499,7 +563,7 @@ async fn run_holding<L: LockService + 'static>(
             Ok(false) => {}
             Err(e) => eprintln!("fencecheck run: could not release the lease: {e}"),
         }
-        return Ok(ExitCode::from(EXIT_LEASE_LOST));
+        return ExitCode::from(EXIT_LEASE_LOST);
     }
     match held.release().await {
         Ok(true) => {}
@@ -509,10 +573,9 @@ async fn run_holding<L: LockService + 'static>(
         ),
         Err(e) => eprintln!("fencecheck run: warning: release failed: {e}"),
     }
-    Ok(exit_code_of(status))
+    exit_code_of(status)
 }
 
-/// The grace between SIGTERM and SIGKILL: `--grace`, or a quarter of the safe window up to 10 s.
 /// The holder's options as the flags give them; [`KeepaliveOptions::schedule`] fills in the
 /// defaults for the TTL at hand.
 fn keepalive(args: &RunArgs) -> KeepaliveOptions {
