@@ -175,7 +175,8 @@ fn a_schedule_that_cannot_fit_in_the_lease_runs_nothing() {
 }
 
 /// A Redis restart without persistence starts the token counter again. The next `run` on this
-/// machine sees a token not above its floor and refuses, with its own exit status and one line;
+/// machine, naming the same server another way (`localhost`, database `/0`), sees a token not
+/// above its floor and refuses, with its own exit status and one line;
 /// the control without the floor runs the command with the repeated token, as `run` did before.
 #[test]
 fn a_lost_token_counter_is_refused_across_runs() {
@@ -187,9 +188,9 @@ fn a_lost_token_counter_is_refused_across_runs() {
     let state = TempDir::new("run-floor").unwrap();
     let marker = state.path().join("ran");
     let trace = state.path().join("runs.trace");
-    let run = |extra: &[&str]| {
+    let run_on = |url: &str, extra: &[&str]| {
         Command::new(env!("CARGO_BIN_EXE_fencecheck"))
-            .args(["run", "--lock", &url, "--name", "floor", "--ttl", "5s"])
+            .args(["run", "--lock", url, "--name", "floor", "--ttl", "5s"])
             .arg("--trace")
             .arg(&trace)
             .args(extra)
@@ -198,6 +199,7 @@ fn a_lost_token_counter_is_refused_across_runs() {
             .output()
             .unwrap()
     };
+    let run = |extra: &[&str]| run_on(&url, extra);
     let state_dir = ["--state-dir", state.path().to_str().unwrap()];
     for _ in 0..3 {
         let out = run(&state_dir);
@@ -209,7 +211,9 @@ fn a_lost_token_counter_is_refused_across_runs() {
     assert_eq!(code, Some(0), "{out}");
     assert!(out.contains("12 events from 3 clients"), "{out}");
     redis.restart().unwrap();
-    let out = run(&state_dir);
+    // The same server under another name: the floor is the server's, not the spelling's.
+    let alias = format!("redis://localhost:{}/0", redis.port());
+    let out = run_on(&alias, &state_dir);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(78), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");

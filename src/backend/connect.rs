@@ -49,6 +49,73 @@ impl LockSpec {
     }
 }
 
+impl LockSpec {
+    /// The lock service's identity, the same for every spelling of one service: each member's
+    /// host resolved (its first IPv4 address, else its first address; the name itself, lower
+    /// case, when it does not resolve), the default port and Redis database filled in,
+    /// credentials dropped, members sorted (a ZooKeeper chroot kept). `fencecheck run`'s token
+    /// floor is keyed by it, so `redis://localhost:6379` and `redis://127.0.0.1:6379/0` share one.
+    pub fn identity(&self) -> String {
+        let strip = |e: &str| e.split_once("://").map_or(e, |(_, rest)| rest).to_string();
+        match self {
+            LockSpec::Redis { url } => {
+                let rest = strip(url);
+                let (authority, db) = rest.split_once('/').unwrap_or((&rest, ""));
+                let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+                let db = match db.trim_matches('/') {
+                    "" => "0",
+                    db => db,
+                };
+                format!("redis://{}/{db}", canonical_address(host, 6379))
+            }
+            LockSpec::Etcd { endpoints } => {
+                members("etcd", endpoints.iter().map(|e| strip(e)), 2379, "")
+            }
+            LockSpec::Zookeeper { connect } => {
+                let (hosts, chroot) = match connect.find('/') {
+                    Some(at) => connect.split_at(at),
+                    None => (connect.as_str(), ""),
+                };
+                members("zk", hosts.split(',').map(String::from), 2181, chroot)
+            }
+            LockSpec::Raft { nodes } => members("raft", nodes.iter().cloned(), 7001, ""),
+        }
+    }
+}
+
+/// `scheme://` and the sorted canonical addresses of `list`, then `suffix`.
+fn members(scheme: &str, list: impl Iterator<Item = String>, port: u16, suffix: &str) -> String {
+    let mut addresses: Vec<String> = list
+        .map(|m| m.trim().to_string())
+        .filter(|m| !m.is_empty())
+        .map(|m| canonical_address(&m, port))
+        .collect();
+    addresses.sort();
+    addresses.dedup();
+    format!("{scheme}://{}{suffix}", addresses.join(","))
+}
+
+/// `HOST[:PORT]` as `IP:PORT`: `port` when none is given, the host resolved to its first IPv4
+/// address (else its first address), or kept in lower case when it does not resolve.
+fn canonical_address(address: &str, port: u16) -> String {
+    use std::net::ToSocketAddrs;
+    let with_port = match address.rsplit_once(':') {
+        Some((_, p)) if p.parse::<u16>().is_ok() && !address.ends_with(']') => address.to_string(),
+        _ => format!("{address}:{port}"),
+    };
+    match with_port.to_socket_addrs() {
+        Ok(resolved) => {
+            let mut resolved: Vec<_> = resolved.collect();
+            resolved.sort_by_key(|a| (!a.is_ipv4(), *a));
+            match resolved.first() {
+                Some(a) => a.to_string(),
+                None => with_port.to_ascii_lowercase(),
+            }
+        }
+        Err(_) => with_port.to_ascii_lowercase(),
+    }
+}
+
 /// What a lock spec string may be (the message of every refusal).
 const SPEC_FORMS: &str = "expected redis://HOST:PORT[/DB], etcd://HOST:PORT[,HOST:PORT...], \
                           zk://HOST:PORT[,HOST:PORT...] or raft://HOST:PORT[,HOST:PORT...]";
@@ -223,6 +290,36 @@ impl LockService for AnyLock {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_spelling_of_one_service_has_one_identity() {
+        let id = |text: &str| text.parse::<LockSpec>().unwrap().identity();
+        let redis = id("redis://127.0.0.1:6379");
+        assert_eq!(redis, "redis://127.0.0.1:6379/0");
+        for alias in [
+            "redis://localhost:6379",
+            "redis://localhost",
+            "redis://127.0.0.1:6379/0",
+            "redis://user:secret@127.0.0.1:6379/0",
+        ] {
+            assert_eq!(id(alias), redis, "{alias}");
+        }
+        assert_ne!(id("redis://127.0.0.1:6379/1"), redis, "another database");
+        assert_ne!(id("redis://127.0.0.1:6380"), redis, "another port");
+        assert_eq!(
+            id("etcd://localhost:2379,http://127.0.0.2:2379"),
+            id("etcd://127.0.0.2,127.0.0.1:2379")
+        );
+        assert_eq!(
+            id("zk://127.0.0.2:2181,localhost:2181/app"),
+            "zk://127.0.0.1:2181,127.0.0.2:2181/app"
+        );
+        assert_ne!(id("zk://127.0.0.1:2181/app"), id("zk://127.0.0.1:2181"));
+        assert_eq!(
+            id("raft://b.invalid:7002,A.invalid:7001"),
+            "raft://a.invalid:7001,b.invalid:7002"
+        );
+    }
 
     #[test]
     fn a_spec_is_one_string_that_reads_back_the_same() {

@@ -41,15 +41,10 @@ pub(super) fn default_dir() -> Option<PathBuf> {
 }
 
 impl TokenFloor {
-    /// The floor of lock `name` on the service at `spec`, in `dir`.
+    /// The floor of lock `name` on the service at `spec` (however it is spelt), in `dir`.
     pub(super) fn new(dir: &Path, spec: &LockSpec, name: &str) -> Self {
-        let service = match spec {
-            LockSpec::Redis { url } => url.clone(),
-            LockSpec::Etcd { endpoints } => endpoints.join(","),
-            LockSpec::Zookeeper { connect } => connect.clone(),
-            LockSpec::Raft { nodes } => nodes.join(","),
-        };
-        let key = format!("{}\n{service}\n{name}", spec.backend());
+        // The service's identity, not its spelling: aliases of one server share a floor.
+        let key = format!("{}\n{}\n{name}", spec.backend(), spec.identity());
         let readable: String = name
             .chars()
             .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
