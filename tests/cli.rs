@@ -194,6 +194,26 @@ fn max_states_reports_incomplete_and_fails_unless_allowed() {
     assert!(stdout(&allowed).contains("INCOMPLETE"));
 }
 
+/// `check --clients N` with no model named checks every model declared for N clients and names
+/// the skipped ones, with their sizes, in one line; a named model that does not take N is still
+/// refused (the control: the size is not silently ignored).
+#[test]
+fn the_catalog_is_checked_at_the_size_asked() {
+    let out = fencecheck(&["check", "--clients", "1"]);
+    let (err, text) = (stderr(&out), stdout(&out));
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("check: --clients 1: 3 of 36 models checked; skipped, declared for other sizes: ttl-only (2-6), fenced (2-6),"),
+        "{err}"
+    );
+    assert!(text.contains("15 of 15 verdicts match"), "{text}");
+    assert!(text.contains("token-reset"), "{text}");
+    assert!(!text.contains("ttl-only"), "{text}");
+    let out = fencecheck(&["check", "fenced", "--clients", "1"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+}
+
 #[test]
 fn bad_input_gets_one_clear_line_and_exit_2() {
     let cases: &[(&[&str], &str)] = &[

@@ -152,6 +152,7 @@ pub(super) fn run(args: CheckArgs) -> Result<ExitCode, UsageError> {
             .map(|n| model(n))
             .collect::<Result<_, _>>()?,
     };
+    let entries = at_the_size_asked(entries, args.models.is_empty(), args.size.clients)?;
     let sized = entries
         .iter()
         .map(|e| Ok((*e, params(&args.size, e)?)))
@@ -209,6 +210,42 @@ pub(super) fn run(args: CheckArgs) -> Result<ExitCode, UsageError> {
             super::exit::code(super::exit::CHECK_FAILED)
         },
     )
+}
+
+/// With no model named and `--clients N` given, the models declared for N clients: the others
+/// are skipped and named in one line on stderr with their declared sizes; none left is a usage
+/// error. Named models are kept (a size one does not take is refused for it).
+fn at_the_size_asked(
+    entries: Vec<&'static ModelEntry>,
+    whole_catalog: bool,
+    clients: Option<usize>,
+) -> Result<Vec<&'static ModelEntry>, UsageError> {
+    let Some(n) = clients.filter(|_| whole_catalog) else {
+        return Ok(entries);
+    };
+    let (kept, skipped): (Vec<_>, Vec<_>) =
+        entries.into_iter().partition(|e| e.clients.contains(&n));
+    let sizes = |list: &[&ModelEntry]| {
+        list.iter()
+            .map(|e| format!("{} ({}-{})", e.name, e.clients.start(), e.clients.end()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if kept.is_empty() {
+        return Err(UsageError(format!(
+            "--clients {n}: no model is declared for {n} clients; declared sizes: {}",
+            sizes(&skipped)
+        )));
+    }
+    if !skipped.is_empty() {
+        eprintln!(
+            "check: --clients {n}: {} of {} models checked; skipped, declared for other sizes: {}",
+            kept.len(),
+            kept.len() + skipped.len(),
+            sizes(&skipped)
+        );
+    }
+    Ok(kept)
 }
 
 /// Checks each model in turn with a progress line; stops at a model the checker refuses.
