@@ -25,3 +25,8 @@ pub mod report;
 pub mod sync;
 
 pub use check::verify::verify;
+
+/// The README's Rust examples, compiled as doctests so that they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeExamples;
