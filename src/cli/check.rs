@@ -3,7 +3,7 @@
 use super::{model_names, CheckArgs, EngineArg, ExploreArgs, SizeArgs, UsageError};
 use fencecheck::check::{
     catalog, find_model, CheckError, Engine, ModelEntry, ModelRun, Options, Params, ParamsError,
-    Progress,
+    Progress, MAX_CLIENTS,
 };
 use fencecheck::models::{Expected, Mutant};
 use fencecheck::report::sizes;
@@ -220,7 +220,8 @@ fn at_the_size_asked(
     whole_catalog: bool,
     clients: Option<usize>,
 ) -> Result<Vec<&'static ModelEntry>, UsageError> {
-    let Some(n) = clients.filter(|_| whole_catalog) else {
+    // A size outside what any model may take is refused by `params`, naming the flag's range.
+    let Some(n) = clients.filter(|n| whole_catalog && (1..=MAX_CLIENTS).contains(n)) else {
         return Ok(entries);
     };
     let (kept, skipped): (Vec<_>, Vec<_>) =
