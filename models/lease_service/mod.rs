@@ -31,6 +31,8 @@ mod narrate;
 pub mod properties;
 mod symmetry;
 mod timed;
+#[cfg(test)]
+mod timed_tests;
 mod world;
 mod writer;
 

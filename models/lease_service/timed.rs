@@ -85,6 +85,10 @@ pub struct TimedWorld<C: Client> {
     pub(crate) effects: bool,
     pub(crate) predicates: Vec<Predicate<C>>,
     pub(crate) declarations: &'static [Declared<TimedWorld<C>>],
+    /// Negative control: a delivery that changes nothing still consumes its message, so a
+    /// request the busy lock service leaves waiting is lost (the world before waiting requests
+    /// were served).
+    pub(crate) drops_unserved: bool,
 }
 
 impl<C: Client> TimedWorld<C> {
@@ -108,15 +112,21 @@ impl<C: Client> TimedWorld<C> {
             effects,
             predicates,
             declarations,
+            drops_unserved: false,
         }
     }
 
-    /// Runs instance `i`'s step for `event` at its clock reading and applies its commands.
-    fn client_step(&self, s: &mut TimedState<C::State>, i: usize, event: &Event) {
+    /// Runs instance `i`'s step for `event` at its clock reading and applies its commands;
+    /// whether the client took the step.
+    fn client_step(&self, s: &mut TimedState<C::State>, i: usize, event: &Event) -> bool {
         let mut out = Commands::at(s.clocks[i]);
-        if let Some(next) = self.client.on_event(&s.clients[i], event, &mut out) {
-            s.clients[i] = next;
-            self.apply(s, i, out);
+        match self.client.on_event(&s.clients[i], event, &mut out) {
+            Some(next) => {
+                s.clients[i] = next;
+                self.apply(s, i, out);
+                true
+            }
+            None => false,
         }
     }
 
@@ -186,6 +196,47 @@ impl<C: Client> TimedWorld<C> {
     }
 }
 
+impl<C: Client> TimedWorld<C> {
+    /// Hands `msg` from `src` to `dst` in `next` (`s` with the message taken out of flight);
+    /// whether anything changed or was sent.
+    fn deliver(
+        &self,
+        next: &mut TimedState<C::State>,
+        s: &TimedState<C::State>,
+        src: usize,
+        dst: usize,
+        msg: Msg,
+    ) -> bool {
+        let from = Id::from(src);
+        let mut o = Out::new();
+        let changed = match dst {
+            0 => {
+                let clock = (s.now, self.clock.ttl);
+                let busy = self.service.busy;
+                serve(None, busy, clock, &s.table, s.grants, from, msg, &mut o)
+                    .map(|(table, grants)| {
+                        next.table = table;
+                        next.grants = grants;
+                    })
+                    .is_some()
+            }
+            1 => store(None, &s.fence, s.done, from, msg, &mut o)
+                .map(|(fence, done)| {
+                    next.fence = fence;
+                    next.done = done;
+                })
+                .is_some(),
+            client => {
+                return event_of(msg)
+                    .is_some_and(|event| self.client_step(next, client - FIRST_CLIENT, &event))
+            }
+        };
+        let sent = !o.is_empty();
+        self.flush(next, dst, o);
+        changed || sent
+    }
+}
+
 impl<C: Client> Model for TimedWorld<C> {
     type State = TimedState<C::State>;
     type Action = TimedAction;
@@ -245,39 +296,17 @@ impl<C: Client> Model for TimedWorld<C> {
                     .iter()
                     .position(|(a, b, m)| *a == src && *b == dst && *m == msg)?;
                 next.network.remove(at);
-                let from = Id::from(src);
-                match dst {
-                    0 => {
-                        let mut o = Out::new();
-                        let clock = (s.now, self.clock.ttl);
-                        let busy = self.service.busy;
-                        if let Some((table, grants)) =
-                            serve(None, busy, clock, &s.table, s.grants, from, msg, &mut o)
-                        {
-                            next.table = table;
-                            next.grants = grants;
-                        }
-                        self.flush(&mut next, 0, o);
-                    }
-                    1 => {
-                        let mut o = Out::new();
-                        if let Some((fence, done)) =
-                            store(None, &s.fence, s.done, from, msg, &mut o)
-                        {
-                            next.fence = fence;
-                            next.done = done;
-                        }
-                        self.flush(&mut next, 1, o);
-                    }
-                    client => {
-                        let event = event_of(msg)?;
-                        self.client_step(&mut next, client - FIRST_CLIENT, &event);
-                    }
+                // As in the untimed world, a delivery that changes nothing is no step: the
+                // message stays in flight (a request the busy service leaves waiting is served
+                // on a later delivery, once the lease is released or has expired).
+                let took = self.deliver(&mut next, s, src, dst, msg);
+                if !took && !self.drops_unserved {
+                    return None;
                 }
             }
             TimedAction::Fire(i) => {
                 next.timers[i] = None;
-                self.client_step(&mut next, i, &Event::Timer);
+                let _ = self.client_step(&mut next, i, &Event::Timer);
             }
             TimedAction::Restart => {
                 next.table = LeaseTable::new();
