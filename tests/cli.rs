@@ -192,6 +192,11 @@ fn max_states_reports_incomplete_and_fails_unless_allowed() {
     ]);
     assert_eq!(allowed.status.code(), Some(0));
     assert!(stdout(&allowed).contains("INCOMPLETE"));
+    // Only the lean search keeps a bound on distinct states: Stateright's is refused by name.
+    let engine = ["--engine", "stateright", "--max-states", "100"];
+    let refused = fencecheck(&[&["check", "fenced"][..], &engine[..]].concat());
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(stderr(&refused).contains("--engine stateright with --max-states"));
 }
 
 /// `check --clients N` with no model named checks every model declared for N clients and names

@@ -389,6 +389,27 @@ impl Client for CountsForever {
     }
 }
 
+/// `max_states` bounds what `states()` counts: an environment with exactly that many distinct
+/// states is checked, one bound lower is refused naming the bound.
+#[test]
+fn max_states_is_exact_at_the_boundary() {
+    let env = || {
+        Environment::new(Writer {
+            writes: 2,
+            retries: 1,
+        })
+        .instances(3)
+    };
+    let all = verify(env()).states();
+    assert!(all > 1_000, "{all} states");
+    let exact = try_verify(env().max_states(all)).expect("exactly at the bound");
+    assert_eq!(exact.states(), all);
+    match try_verify(env().max_states(all - 1)) {
+        Err(EnvironmentError::Unbounded { bound, .. }) => assert_eq!(bound, all - 1),
+        other => panic!("one below the bound of {all}: {other:?}"),
+    }
+}
+
 #[test]
 fn bad_use_gets_a_clear_error_not_a_hang() {
     let none = try_verify(
@@ -410,16 +431,20 @@ fn bad_use_gets_a_clear_error_not_a_hang() {
             .named("counter"),
     );
     let err = forever.unwrap_err();
-    assert_eq!(
-        err,
-        EnvironmentError::Unbounded {
-            name: "counter",
-            bound: 20_000
-        }
+    assert!(
+        matches!(
+            err,
+            EnvironmentError::Unbounded {
+                name: "counter",
+                bound: 20_000,
+                depth,
+            } if depth > 1
+        ),
+        "{err:?}"
     );
     assert!(err
         .to_string()
-        .contains("stopped at its bound of 20000 states"));
+        .contains("more than its bound of 20000 distinct states"));
 
     let taken = try_verify(
         Environment::new(Writer {

@@ -193,8 +193,8 @@ fn every_declared_expectation_is_true_over_the_size_grid() {
     );
 }
 
-/// `max_states` is a bound on generated states: a search that generates exactly that many and
-/// runs out of states is complete; one bound lower cuts it short.
+/// `max_states` is a bound on distinct states: a search that finds exactly that many and runs
+/// out of states is complete; one bound lower cuts it short.
 #[test]
 fn max_states_is_exact_at_the_boundary() {
     let entry = fencecheck::check::find_model("token-reset").expect("in the catalog");
@@ -208,9 +208,10 @@ fn max_states_is_exact_at_the_boundary() {
         };
         (entry.check)(&p, &options, &mut |_| {}).expect("accepted")
     };
-    let exact = bounded(full.generated);
-    assert!(exact.complete, "{} generated", full.generated);
+    let exact = bounded(full.states);
+    assert!(exact.complete, "{} states", full.states);
+    assert_eq!(exact.states, full.states);
     assert!(exact.properties.iter().all(|r| r.matches()));
-    let short = bounded(full.generated - 1);
+    let short = bounded(full.states - 1);
     assert!(!short.complete);
 }

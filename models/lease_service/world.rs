@@ -67,16 +67,19 @@ pub enum EnvironmentError {
     BadClock(String),
     /// The search reached its state bound before it covered every reachable state.
     #[error(
-        "the check of {name} stopped at its bound of {bound} states without covering every \
-         reachable state, so no verdict is given: a client state that grows without end (a \
-         counter, a list, a retry loop that remembers each try) keeps the space open; bound it, \
-         or raise Environment::max_states"
+        "the check of {name} found more than its bound of {bound} distinct states \
+         (Environment::max_states) after paths {depth} steps deep and stopped, so no verdict is \
+         given: either the space is finite but wider than the bound (raise max_states), or a \
+         client state grows without end (a counter, a list, a retry loop that remembers each \
+         try) and no bound will do (bound that state)"
     )]
     Unbounded {
         /// The environment's name.
         name: &'static str,
-        /// The bound.
+        /// The bound: the most distinct states the check could find.
         bound: usize,
+        /// The deepest path the search had explored when it stopped.
+        depth: usize,
     },
 }
 
@@ -197,8 +200,10 @@ impl<C: Client> Environment<C> {
         self
     }
 
-    /// The most states the check explores (2,000,000 by default). A search that reaches it ends
-    /// with [`EnvironmentError::Unbounded`] instead of verdicts.
+    /// The most distinct states the check may find (2,000,000 by default), as
+    /// [`Verification::states`](crate::check::verify::Verification::states) counts them: an
+    /// environment with exactly that many is checked; one with more ends with
+    /// [`EnvironmentError::Unbounded`] instead of verdicts.
     pub fn max_states(mut self, n: usize) -> Self {
         self.max_states = n;
         self

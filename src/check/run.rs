@@ -68,8 +68,10 @@ pub struct Options {
     pub threads: usize,
     /// Use symmetry reduction over the interchangeable clients (depth-first search).
     pub symmetry: bool,
-    /// Stop after this many generated states; the verdicts of properties not yet decided are
-    /// then `incomplete`.
+    /// The most distinct states (after symmetry reduction) a search may find, as
+    /// [`ModelRun::states`] counts them: a search that needs more stops, and the verdicts of
+    /// properties not yet decided are then `incomplete`. A bound is kept exactly by the lean
+    /// search, which runs whenever one is set, whatever `engine` says.
     pub max_states: Option<usize>,
     /// States the minimal-counterexample search may explore before giving up.
     pub max_counterexample_states: usize,
@@ -221,14 +223,11 @@ where
         .collect();
     let started = Instant::now();
     let symmetry = options.symmetry && M::REDUCES;
-    // One past the bound: a search that generates exactly `max` states and then runs out of
-    // states is complete; only one that needs more is cut short.
-    let target = options.max_states.map(|max| max.saturating_add(1));
     let plan = Plan {
         engine: options.engine,
         threads: options.threads,
         symmetry,
-        target,
+        max_unique: options.max_states,
     };
     let searched = search::search(&model, plan, &mut |c| {
         progress(&Progress {
@@ -241,7 +240,9 @@ where
     });
     let seconds = started.elapsed().as_secs_f64();
     let generated = searched.generated;
-    let complete = options.max_states.is_none_or(|max| generated <= max);
+    // A search that finds exactly `max` distinct states and then runs out of states is
+    // complete; only one that finds more is cut short.
+    let complete = !searched.cut;
 
     let cx_started = Instant::now();
     let violated: Vec<&'static str> = specs

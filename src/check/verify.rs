@@ -19,8 +19,8 @@ pub struct Verification {
 ///
 /// # Errors
 /// [`EnvironmentError`] when the environment makes no sense (no instances, a property name taken
-/// twice) or when the search reaches [`Environment::max_states`] before it covers every reachable
-/// state: then no verdict is given.
+/// twice) or when the environment has more distinct states than [`Environment::max_states`]:
+/// then no verdict is given.
 pub fn try_verify<C: Client>(env: Environment<C>) -> Result<Verification, EnvironmentError> {
     let options = Options {
         threads: 1,
@@ -50,6 +50,7 @@ pub fn try_verify<C: Client>(env: Environment<C>) -> Result<Verification, Enviro
         return Err(EnvironmentError::Unbounded {
             name: env.name,
             bound: env.max_states,
+            depth: run.max_depth,
         });
     }
     Ok(Verification {

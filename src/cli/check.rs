@@ -139,6 +139,14 @@ pub(super) fn run(args: CheckArgs) -> Result<ExitCode, UsageError> {
             "--max-states 0: expected at least 1 state".into(),
         ));
     }
+    if args.max_states.is_some() && args.engine == Some(EngineArg::Stateright) {
+        return Err(UsageError(
+            "--engine stateright with --max-states: only the lean search stops at an exact \
+             count of distinct states (Stateright's checker counts generated states, repeats \
+             included); drop one of them"
+                .into(),
+        ));
+    }
     let entries: Vec<&ModelEntry> = match (args.models.is_empty(), mutant(&args.size)?) {
         // A mutant without named models checks the models it applies to.
         (true, Some(m)) => catalog()
@@ -166,9 +174,9 @@ pub(super) fn run(args: CheckArgs) -> Result<ExitCode, UsageError> {
         threads: args.threads,
         symmetry: !args.no_symmetry,
         max_states: args.max_states,
-        engine: match args.engine {
-            EngineArg::Stateright => Engine::Stateright,
-            EngineArg::Lean => Engine::Lean,
+        engine: match (args.engine, args.max_states) {
+            (Some(EngineArg::Lean), _) | (None, Some(_)) => Engine::Lean,
+            (Some(EngineArg::Stateright), _) | (None, None) => Engine::Stateright,
         },
         ..Options::default()
     };

@@ -146,8 +146,8 @@ struct CheckArgs {
     /// Turn symmetry reduction over the clients off.
     #[arg(long)]
     no_symmetry: bool,
-    /// Stop each search after this many generated states; undecided properties are reported as
-    /// incomplete.
+    /// Stop each search once it finds more than this many distinct states (the count the
+    /// results show); undecided properties are reported as incomplete. Runs the lean search.
     #[arg(long, value_name = "N")]
     max_states: Option<usize>,
     /// Exit 0 even when a search was cut short by --max-states.
@@ -155,8 +155,9 @@ struct CheckArgs {
     allow_incomplete: bool,
     /// The search that decides the verdicts: Stateright's checker, or fencecheck's own lean
     /// search (the same states and verdicts; less work per state, and threads share work).
-    #[arg(long, value_enum, default_value_t = EngineArg::Stateright)]
-    engine: EngineArg,
+    /// Default: stateright, or lean with --max-states.
+    #[arg(long, value_enum)]
+    engine: Option<EngineArg>,
     /// Print the results as JSON (one object per model and property) instead of a table.
     #[arg(long)]
     json: bool,

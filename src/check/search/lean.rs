@@ -50,6 +50,9 @@ pub struct Explored<S, A> {
     /// initial state to the state that violated an `always` property, met a `sometimes`
     /// property, or ended a run that never met an `eventually` property.
     pub paths: Vec<Trail<S, A>>,
+    /// Whether the search found more than [`Search::max_unique`] distinct states and stopped
+    /// before covering the space.
+    pub cut: bool,
 }
 
 /// How to search.
@@ -58,8 +61,9 @@ pub struct Search<S> {
     pub threads: usize,
     /// The symmetry representative of a state, when reducing.
     pub symmetry: Option<fn(&S) -> S>,
-    /// Stop once this many states were generated.
-    pub target_generated: Option<usize>,
+    /// The most distinct states to find: the search stops as soon as it finds one more, and
+    /// says so ([`Explored::cut`]).
+    pub max_unique: Option<usize>,
     /// Keep each state's parent, so that [`Explored::paths`] can be rebuilt.
     pub paths: bool,
 }
@@ -97,6 +101,10 @@ struct Shared<'m, M: Model> {
     seen: Seen,
     pool: Pool<M::State>,
     generated: AtomicUsize,
+    /// Distinct states inserted into `seen`.
+    unique: AtomicUsize,
+    /// Whether `unique` passed the bound.
+    cut: AtomicBool,
     max_depth: AtomicUsize,
     /// One flag per property: discovered.
     discovered: Vec<AtomicBool>,
@@ -164,6 +172,8 @@ where
                 done: AtomicBool::new(false),
             },
             generated: AtomicUsize::new(0),
+            unique: AtomicUsize::new(0),
+            cut: AtomicBool::new(false),
             max_depth: AtomicUsize::new(0),
             discovered: properties.iter().map(|_| AtomicBool::new(false)).collect(),
             found_at: properties.iter().map(|_| AtomicU64::new(ROOT)).collect(),
@@ -189,7 +199,12 @@ where
             }
             self.generated.fetch_add(1, Ordering::Relaxed);
             let fp = key(self.search, &state);
-            self.seen.insert(fp, ROOT);
+            if !self.seen.insert(fp, ROOT) {
+                continue;
+            }
+            if self.past_bound() {
+                break;
+            }
             first.push(Job {
                 state,
                 fp,
@@ -202,6 +217,18 @@ where
             .stocked
             .store(!first.is_empty(), Ordering::Relaxed);
         *self.pool.jobs.lock() = first;
+    }
+
+    /// Counts one more distinct state; whether it is one past the bound (the search then
+    /// stops: every thread sees `done`).
+    fn past_bound(&self) -> bool {
+        let unique = self.unique.fetch_add(1, Ordering::Relaxed) + 1;
+        let past = self.search.max_unique.is_some_and(|max| unique > max);
+        if past {
+            self.cut.store(true, Ordering::Relaxed);
+            self.pool.done.store(true, Ordering::Relaxed);
+        }
+        past
     }
 
     fn counts(&self) -> Counts {
@@ -240,6 +267,7 @@ where
             max_depth: self.max_depth.load(Ordering::Relaxed),
             discovered,
             paths,
+            cut: self.cut.load(Ordering::Relaxed),
         }
     }
 
@@ -350,24 +378,18 @@ where
                 continue;
             }
             terminal = false;
-            let generated = shared.generated.fetch_add(1, Ordering::Relaxed) + 1;
+            shared.generated.fetch_add(1, Ordering::Relaxed);
             let next_fp = key(shared.search, &next);
             if shared.seen.insert(next_fp, fp) {
+                if shared.past_bound() {
+                    return;
+                }
                 stack.push(Job {
                     state: next,
                     fp: next_fp,
                     depth: depth + 1,
                     ebits,
                 });
-            }
-            if shared
-                .search
-                .target_generated
-                .is_some_and(|target| generated >= target)
-            {
-                // Stop at once: alone, a thread generates exactly the target.
-                shared.pool.done.store(true, Ordering::Relaxed);
-                return;
             }
         }
         if terminal {

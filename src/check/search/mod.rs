@@ -48,8 +48,10 @@ pub(crate) struct Plan {
     pub threads: usize,
     /// Reduce by the model's symmetry.
     pub symmetry: bool,
-    /// Stop once this many states were generated.
-    pub target: Option<usize>,
+    /// The most distinct states to find (kept exactly by the lean search, which runs whenever
+    /// a bound is set: Stateright's checker can only stop at a count of generated states,
+    /// repeats included, and only between blocks of them).
+    pub max_unique: Option<usize>,
 }
 
 /// What a search found, whichever engine ran it.
@@ -57,6 +59,8 @@ pub(crate) struct Searched<M: Model> {
     pub unique: usize,
     pub generated: usize,
     pub max_depth: usize,
+    /// Whether the search passed [`Plan::max_unique`] and stopped before covering the space.
+    pub cut: bool,
     /// Each discovered property, with a path to the state that decided it.
     pub discoveries: HashMap<&'static str, Trail<M::State, M::Action>>,
 }
@@ -68,15 +72,15 @@ where
     M::State: Clone + Eq + Hash + std::fmt::Debug + Send + Sync,
     M::Action: Clone + PartialEq + std::fmt::Debug + Send + Sync,
 {
-    match plan.engine {
-        Engine::Stateright => stateright::search(model, plan, progress),
-        Engine::Lean => {
+    match (plan.engine, plan.max_unique) {
+        (Engine::Stateright, None) => stateright::search(model, plan, progress),
+        _ => {
             let search = lean::Search {
                 threads: plan.threads.max(1),
                 symmetry: plan
                     .symmetry
                     .then_some(M::representative as fn(&M::State) -> M::State),
-                target_generated: plan.target,
+                max_unique: plan.max_unique,
                 paths: true,
             };
             let found = lean::explore(model, &search, progress);
@@ -84,6 +88,7 @@ where
                 unique: found.unique,
                 generated: found.generated,
                 max_depth: found.max_depth,
+                cut: found.cut,
                 discoveries: found.discovered.into_iter().zip(found.paths).collect(),
             }
         }

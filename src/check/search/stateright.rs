@@ -22,9 +22,6 @@ where
     if plan.symmetry {
         builder = builder.symmetry_fn(M::representative);
     }
-    if let Some(target) = plan.target {
-        builder = builder.target_state_count(target);
-    }
     let checker = builder.spawn_dfs();
     // Poll finely at first so that small models report their real time; back off.
     let mut nap = FIRST_NAP;
@@ -42,6 +39,7 @@ where
         unique: checker.unique_state_count(),
         generated: checker.state_count(),
         max_depth: checker.max_depth(),
+        cut: false,
         discoveries: checker
             .discoveries()
             .into_iter()

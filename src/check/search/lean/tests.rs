@@ -32,7 +32,7 @@ fn lean(model: &LeaseModel, symmetry: bool, threads: usize) -> Explored<LeaseSta
     let search = Search {
         threads,
         symmetry: symmetry.then_some(LeaseModel::representative as fn(&_) -> _),
-        target_generated: None,
+        max_unique: None,
         paths: true,
     };
     let mut found = explore(model, &search, &mut |_| {});
@@ -92,20 +92,27 @@ fn the_same_verdicts_through_check() {
 }
 
 #[test]
-fn a_target_stops_the_search_at_once() {
+fn a_bound_on_distinct_states_is_exact() {
     let model = FencedModelCfg::default().into_model();
-    for (threads, most) in [(1, 100), (2, 200)] {
+    let full = |max_unique, threads| {
         let search = Search {
             threads,
             symmetry: None,
-            target_generated: Some(100),
+            max_unique,
             paths: false,
         };
-        let found = explore(&model, &search, &mut |_| {});
-        assert!(
-            (100..=most).contains(&found.generated),
-            "{threads} threads: {found:?}"
-        );
+        explore(&model, &search, &mut |_| {})
+    };
+    let all = full(None, 1);
+    assert!(!all.cut);
+    for threads in [1, 2] {
+        let exact = full(Some(all.unique), threads);
+        assert!(!exact.cut, "{threads} threads: {exact:?}");
+        assert_eq!(exact.unique, all.unique);
+        let short = full(Some(all.unique - 1), threads);
+        assert!(short.cut, "{threads} threads: {short:?}");
+        let early = full(Some(100), threads);
+        assert!(early.cut && early.unique <= 100 + threads, "{early:?}");
     }
 }
 
@@ -119,7 +126,7 @@ fn progress_is_reported_while_searching_and_at_the_end() {
     let search = Search {
         threads: 1,
         symmetry: None,
-        target_generated: None,
+        max_unique: None,
         paths: true,
     };
     let mut reports = Vec::new();
@@ -183,7 +190,7 @@ fn both(toy: Toy) -> [(usize, Vec<&'static str>); 3] {
         let search = Search {
             threads,
             symmetry: None,
-            target_generated: None,
+            max_unique: None,
             paths: true,
         };
         let mut e = explore(&toy, &search, &mut |_| {});
@@ -251,7 +258,7 @@ fn each_discovery_comes_with_a_path_the_model_replays() {
             let search = Search {
                 threads,
                 symmetry: symmetry.then_some(LeaseModel::representative as fn(&_) -> _),
-                target_generated: None,
+                max_unique: None,
                 paths: true,
             };
             let found = explore(&model, &search, &mut |_| {});
@@ -287,7 +294,7 @@ fn without_paths_asked_none_are_kept() {
     let search = Search {
         threads: 1,
         symmetry: None,
-        target_generated: None,
+        max_unique: None,
         paths: false,
     };
     let found = explore(&model, &search, &mut |_| {});
