@@ -382,6 +382,18 @@ pub trait Narrate: stateright::Model {
     fn narrate(&self, before: &Self::State, action: &Self::Action, after: &Self::State) -> Step;
 }
 
+/// A model whose steps fairness speaks about, for the search for runs that never end
+/// (`check::search::liveness`): a step that stays possible is eventually taken, unless it is a
+/// fault.
+pub trait Fair: stateright::Model {
+    /// What fairness promises to take: a step of this key that stays possible is taken.
+    type Key: Clone + Eq + std::hash::Hash;
+
+    /// The fairness key of `action`, or `None` for a fault the world may never take (a restart,
+    /// a lost message).
+    fn fair_key(&self, action: &Self::Action) -> Option<Self::Key>;
+}
+
 /// A model whose interchangeable actors can be put in a canonical order (symmetry reduction).
 pub trait Symmetric: stateright::Model {
     /// Whether `representative` actually merges states (false for models whose actors are not

@@ -24,7 +24,7 @@ pub mod raftdb;
 pub mod report;
 pub mod sync;
 
-pub use check::verify::verify;
+pub use check::verify::{try_verify, verify};
 
 /// The README's Rust examples, compiled as doctests so that they stay true.
 #[cfg(doctest)]

@@ -161,6 +161,15 @@ pub(crate) fn serve<C: Client>(
             o.cancel_timer(Timer::LeaseExpiry);
             Some((table, grants))
         }
+        Msg::ReleaseByName => {
+            let deleted = table.delete(now).is_some();
+            o.send(src, Msg::Released { deleted });
+            if !deleted {
+                return None;
+            }
+            o.cancel_timer(Timer::LeaseExpiry);
+            Some((table, grants))
+        }
         Msg::Renew { token, epoch } => {
             // A live lease runs `ttl` from `now` again. (In the untimed world that is where it
             // already ended: time does not pass between expiries, and the expiry may still come
@@ -263,6 +272,7 @@ pub(crate) fn event_of(msg: Msg) -> Option<Event> {
         },
         Msg::ReadAnswer { highest } => Event::ReadAnswer { highest },
         Msg::Expired { token, epoch } => Event::LeaseLost(Lease::new(token, epoch)),
+        Msg::Released { deleted } => Event::Released { deleted },
         Msg::AlreadyDone { token, epoch } => Event::AlreadyDone {
             grant: Lease::new(token, epoch),
         },
@@ -322,6 +332,7 @@ pub(crate) fn message_of(command: &Command) -> Option<(Id, Msg)> {
         ),
         Command::Read => (storage(), Msg::Read),
         Command::Release(g) => (lock_service(), Msg::Release { token: g.token() }),
+        Command::ReleaseByName => (lock_service(), Msg::ReleaseByName),
         Command::SetTimer | Command::SetTimerAt(_) => return None,
     })
 }

@@ -82,6 +82,13 @@ pub enum Event {
     /// whose keepalive failed, a ZooKeeper session that expired). The notice travels like any
     /// message: it can arrive late.
     LeaseLost(Lease),
+    /// The answer to [`Command::ReleaseByName`]: whether a live lease was deleted (Redis `DEL`
+    /// answers 1 or 0; etcd the number of keys deleted; ZooKeeper `delete` succeeds or finds no
+    /// node). It does not say whose lease it was.
+    Released {
+        /// Whether a live lease was deleted.
+        deleted: bool,
+    },
     /// The client's timer fired. The environment has no clock the client could trust: a timer
     /// fires at any moment relative to the lease's expiry.
     Timer,
@@ -106,8 +113,15 @@ pub enum Command {
     WriteOnce(Lease),
     /// Ask the storage for the largest token it has accepted.
     Read,
-    /// Give the lease back.
+    /// Give this lease back: the service frees it only if it is still this client's lease
+    /// with this token (a compare-and-delete: Redis `DEL` inside a script that checks the
+    /// owner, etcd's delete of its own key revision, ZooKeeper's delete of its own node). A
+    /// stale release frees nothing. No answer is sent.
     Release(Lease),
+    /// Delete the lock by its name, whoever holds it: a plain `DEL key` (etcd: delete the key;
+    /// ZooKeeper: delete the node by path). Answered with [`Event::Released`]. A client whose
+    /// lease has already expired frees its successor's.
+    ReleaseByName,
     /// Set the client's timer (one per client; setting it again keeps one). It fires at any
     /// moment; in a clocked world, at once or later.
     SetTimer,
@@ -184,7 +198,12 @@ impl Commands {
         self.commands.push(Command::Read);
     }
 
-    /// Releases `grant`'s lease.
+    /// Deletes the lock by its name, whoever holds it ([`Command::ReleaseByName`]).
+    pub fn release_by_name(&mut self) {
+        self.commands.push(Command::ReleaseByName);
+    }
+
+    /// Releases `grant`'s lease ([`Command::Release`]: only if it is still this lease).
     pub fn release(&mut self, grant: &Lease) {
         self.commands.push(Command::Release(*grant));
     }

@@ -25,6 +25,13 @@ pub enum Msg {
         /// The token of the lease to release.
         token: Token,
     },
+    /// Client to lock service: delete the lock, whoever holds it (`DEL key`).
+    ReleaseByName,
+    /// Lock service to client: whether [`Msg::ReleaseByName`] deleted a live lease.
+    Released {
+        /// Whether a live lease was deleted.
+        deleted: bool,
+    },
     /// Client to storage: write under this token.
     Write {
         /// The writer's token.

@@ -35,6 +35,29 @@ pub(crate) fn current_lease<C: Client>(
     }
 }
 
+/// A delete of the lock by name from `who`, with the lease the table held before it and the
+/// service's answer.
+pub(crate) fn deleted(
+    who: &str,
+    held: Option<&crate::protocol::Lease<Id>>,
+    reply: Option<Msg>,
+) -> String {
+    match (reply, held) {
+        (Some(Msg::Released { deleted: true }), Some(lease)) if lifeline(lease.owner) == who => {
+            format!(
+                "{who} deletes the lock by name: its own lease (token {})",
+                lease.token
+            )
+        }
+        (Some(Msg::Released { deleted: true }), Some(lease)) => format!(
+            "{who} deletes the lock by name: the lease of {} (token {}), who still holds it",
+            lifeline(lease.owner),
+            lease.token
+        ),
+        _ => format!("{who} deletes the lock by name: no lease to delete"),
+    }
+}
+
 /// What a client was told, in the environment's words.
 pub(crate) fn told(event: &Event) -> String {
     match event {
@@ -63,6 +86,8 @@ pub(crate) fn told(event: &Event) -> String {
         Event::ReadAnswer { highest: Some(h) } => format!("reads highest token {h}"),
         Event::ReadAnswer { highest: None } => "reads an empty storage".to_string(),
         Event::Timer => "sees its timer fire".to_string(),
+        Event::Released { deleted: true } => "learns the lock was deleted".to_string(),
+        Event::Released { deleted: false } => "learns there was no lock to delete".to_string(),
         Event::LeaseLost(g) => format!("is told its lease (token {}) has ended", g.token()),
         Event::AlreadyDone { grant } => format!(
             "learns its write-once (lease {}) found the job already done",
@@ -82,6 +107,7 @@ pub(crate) fn asked(command: &Command) -> String {
         Command::WriteOnce(g) => format!("sends a write-once (lease {})", g.token()),
         Command::Read => "reads the storage".to_string(),
         Command::Release(g) => format!("releases the lease (token {})", g.token()),
+        Command::ReleaseByName => "deletes the lock by name".to_string(),
         Command::SetTimer => "sets its timer".to_string(),
         Command::SetTimerAt(t) => format!("sets its timer for {t} on its clock"),
     }
@@ -144,6 +170,9 @@ impl<C: Client, Cfg> Narrate for ActorModel<Node<C>, Cfg, Ghost> {
                         *dst,
                         format!("{who} releases the lease (token {token})"),
                     ),
+                    Msg::ReleaseByName => {
+                        step(*src, *dst, deleted(&who, current_lease(before), reply()))
+                    }
                     Msg::Write { token, .. } => {
                         let verdict = match reply() {
                             Some(Msg::Accepted { .. }) => "accepted".to_string(),

@@ -305,7 +305,8 @@ pub(crate) fn declarations<M: Observe>(
         built_in(
             BUILT_IN_NAMES[4],
             Expectation::Eventually,
-            "every complete run ends with every instance finished",
+            "every run ends with every instance finished: none stops, or loops forever under fair \
+             scheduling, with an instance unfinished",
             all_finished,
         ),
         built_in(

@@ -16,7 +16,7 @@ use super::{
     asked, event_of, lifeline, message_of, record_effects, record_out, serve, store, told, Client,
     Command, Commands, Event, Ghost, LeaseEnd, Msg, Node, Service, FIRST_CLIENT,
 };
-use crate::models::{Declared, Declares, Narrate, Step, Symmetric};
+use crate::models::{Declared, Declares, Fair, Narrate, Step, Symmetric};
 use crate::protocol::{Fence, FencePolicy, LeaseTable};
 use stateright::actor::{Envelope, Id, Out};
 use stateright::{Model, Property};
@@ -375,6 +375,20 @@ impl<C: Client> Declares for TimedWorld<C> {
     }
 }
 
+impl<C: Client> Fair for TimedWorld<C> {
+    type Key = TimedAction;
+
+    /// Each message in flight is delivered, each due timer fires and time passes (up to the
+    /// horizon); a restart is a fault that may never come.
+    fn fair_key(&self, action: &TimedAction) -> Option<TimedAction> {
+        match action {
+            TimedAction::Restart => None,
+            TimedAction::Tick(_) => Some(TimedAction::Tick(Vec::new())),
+            other => Some(other.clone()),
+        }
+    }
+}
+
 impl<C: Client> Symmetric for TimedWorld<C> {
     // The instances' clocks and timers tell them apart in most states; the search runs without
     // symmetry reduction.
@@ -442,6 +456,9 @@ impl<C: Client> Narrate for TimedWorld<C> {
                             "refused, the lease is gone"
                         }
                     ),
+                    (Msg::ReleaseByName, reply) => {
+                        super::narrate::deleted(&who, before.table.current(), reply)
+                    }
                     (Msg::Release { token }, _) => {
                         format!("{who} releases the lease (token {token})")
                     }

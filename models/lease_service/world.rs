@@ -3,10 +3,10 @@
 
 use super::properties::{declarations, Predicate};
 use super::timed::{TimedWorld, Timing};
-use super::{record_effects, record_out, Busy, Client, Ghost, LeaseEnd, Node, Service};
-use crate::models::{prop, Declared, Declares};
+use super::{record_effects, record_out, Busy, Client, Ghost, LeaseEnd, Msg, Node, Service, Timer};
+use crate::models::{prop, Declared, Declares, Fair};
 use crate::protocol::FencePolicy;
-use stateright::actor::{ActorModel, Network};
+use stateright::actor::{ActorModel, ActorModelAction, Network};
 use stateright::Expectation;
 
 /// The most predicates of your own an environment takes (each is a separate checked property).
@@ -33,6 +33,22 @@ impl<C: Client> std::fmt::Debug for WorldCfg<C> {
 /// The Stateright model of an environment: the catalog's lease-service actors with instances of
 /// `C` as clients.
 pub type World<C> = ActorModel<Node<C>, WorldCfg<C>, Ghost>;
+
+impl<C: Client> Fair for World<C> {
+    type Key = ActorModelAction<Msg, Timer, ()>;
+
+    /// Each message in flight is delivered and each timer fires (a lease's TTL passes); a
+    /// restart, a lost message and a crash are faults that may never come.
+    fn fair_key(&self, action: &Self::Action) -> Option<Self::Key> {
+        match action {
+            ActorModelAction::Timeout(_, Timer::Restart)
+            | ActorModelAction::Drop(_)
+            | ActorModelAction::Crash(_)
+            | ActorModelAction::Recover(_) => None,
+            other => Some(other.clone()),
+        }
+    }
+}
 
 impl<C: Client> Declares for World<C> {
     fn declarations(&self) -> &'static [Declared<Self>] {

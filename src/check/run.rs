@@ -309,5 +309,8 @@ fn narrate_trail<M: Narrate>(model: &M, pairs: Trail<M::State, M::Action>) -> Co
             Some(model.narrate(before, action, &w[1].0))
         })
         .collect();
-    Counterexample { steps }
+    Counterexample {
+        steps,
+        loop_from: None,
+    }
 }

@@ -1,11 +1,14 @@
 //! Checking an environment and reading the verdicts, fit for a plain `#[test]`.
 
+use crate::check::search::liveness::livelock;
 use crate::check::{
     check_model, Counterexample, Engine, ModelRun, Options, PropertyResult, Verdict,
 };
 use crate::models::lease_service::{Client, Environment, EnvironmentError};
 use crate::models::Params;
+use crate::models::{Declares, Fair, Narrate, Symmetric};
 use std::fmt::Write as _;
+use std::hash::Hash;
 
 /// The verdicts of one exhaustive check of an environment.
 #[derive(Clone, Debug)]
@@ -30,22 +33,15 @@ pub fn try_verify<C: Client>(env: Environment<C>) -> Result<Verification, Enviro
         engine: Engine::Stateright,
     };
     let params = Params::sized(env.instances, 0, 0);
-    let checked = match env.clock {
-        None => check_model(env.name, &params, env.build()?, &options, &mut |_| {}),
-        Some(_) => check_model(
-            env.name,
-            &params,
-            env.build_clocked()?,
-            &options,
-            &mut |_| {},
-        ),
+    let run = match env.clock {
+        None => checked(env.name, &params, env.build()?, &options),
+        Some(_) => checked(env.name, &params, env.build_clocked()?, &options),
     };
-    let run = match checked {
-        Ok(run) => run,
-        // The declarations and the properties come from one list: a disagreement is a bug of
-        // this module, not the user's.
-        Err(e) => panic!("fencecheck's client environment is inconsistent: {e}"),
-    };
+    let run = run.ok_or(EnvironmentError::Unbounded {
+        name: env.name,
+        bound: env.max_states,
+        depth: 0,
+    })?;
     if !run.complete {
         return Err(EnvironmentError::Unbounded {
             name: env.name,
@@ -57,6 +53,45 @@ pub fn try_verify<C: Client>(env: Environment<C>) -> Result<Verification, Enviro
         run,
         instances: env.instances,
     })
+}
+
+/// Checks `model`, then looks for runs that never end behind each `eventually` property that
+/// every ending run meets ([`livelock`]): such a property is violated, with the loop as its
+/// counterexample. `None` when the states without the property outnumber the bound (which
+/// cannot happen once the check itself was complete: the bound covers every symmetric copy).
+fn checked<M>(name: &'static str, params: &Params, model: M, options: &Options) -> Option<ModelRun>
+where
+    M: Declares + Narrate + Symmetric + Fair + Clone + Send + Sync + 'static,
+    M::State: Clone + Eq + Hash + std::fmt::Debug + Send + Sync,
+    M::Action: Clone + PartialEq + std::fmt::Debug + Send + Sync,
+{
+    let mut run = match check_model(name, params, model.clone(), options, &mut |_| {}) {
+        Ok(run) => run,
+        // The declarations and the properties come from one list: a disagreement is a bug of
+        // this module, not the user's.
+        Err(e) => panic!("fencecheck's client environment is inconsistent: {e}"),
+    };
+    if !run.complete {
+        return Some(run);
+    }
+    // Without symmetry reduction: each state the check counted stands for at most n! states.
+    let orbit: usize = if M::REDUCES {
+        (1..=params.clients).product()
+    } else {
+        1
+    };
+    let bound = options.max_states.map_or(usize::MAX, |m| m.saturating_mul(orbit));
+    for result in &mut run.properties {
+        if result.kind != "eventually" || result.verdict != Verdict::Holds {
+            continue;
+        }
+        if let Some(lasso) = livelock(&model, result.property, bound).ok()? {
+            result.verdict = Verdict::Violated;
+            result.counterexample = Some(lasso);
+            result.minimal = false;
+        }
+    }
+    Some(run)
 }
 
 /// [`try_verify`], panicking with the error's message: for tests.
@@ -183,7 +218,7 @@ impl Verification {
                     "\n{} counterexample, {} steps:\n{}",
                     if result.minimal { "shortest" } else { "a" },
                     cx.steps.len(),
-                    explain(cx)
+                    lines(cx, Some((property, result.meaning)))
                 );
             }
             None => out.push_str("\nno reachable state meets it"),
@@ -192,8 +227,14 @@ impl Verification {
     }
 }
 
-/// A counterexample as numbered lines: `3. client-0 -> storage: client-0 writes ...`.
+/// A counterexample as numbered lines: `3. client-0 -> storage: client-0 writes ...`; a run that
+/// loops forever ends with the line that says which steps repeat.
 pub fn explain(cx: &Counterexample) -> String {
+    lines(cx, None)
+}
+
+/// [`explain`], with the step that breaks the property marked and the reason given after it.
+fn lines(cx: &Counterexample, broken: Option<(&str, &str)>) -> String {
     let mut out = String::new();
     for (i, step) in cx.steps.iter().enumerate() {
         let arrow = if step.from == step.to {
@@ -201,7 +242,27 @@ pub fn explain(cx: &Counterexample) -> String {
         } else {
             format!("{} -> {}", step.from, step.to)
         };
-        let _ = writeln!(out, "  {:>2}. {arrow}: {}", i + 1, step.text);
+        let _ = write!(out, "  {:>2}. {arrow}: {}", i + 1, step.text);
+        match broken {
+            Some((property, meaning)) if i + 1 == cx.steps.len() && cx.loop_from.is_none() => {
+                let _ = write!(out, "\n      <- violates {property}: {meaning}");
+            }
+            _ => {}
+        }
+        out.push('\n');
+    }
+    if let Some(from) = cx.loop_from {
+        let _ = writeln!(
+            out,
+            "  from step {} the run repeats steps {}-{} forever{}",
+            from + 1,
+            from + 1,
+            cx.steps.len(),
+            match broken {
+                Some((property, meaning)) => format!(" <- violates {property}: {meaning}"),
+                None => String::new(),
+            }
+        );
     }
     out
 }

@@ -71,11 +71,13 @@
 //! catalog's models that share its actors and properties, and the checker in [`crate::check`].
 
 pub use crate::check::verify::{explain, try_verify, verify, Verification};
+pub use crate::check::{Counterexample, Verdict};
 pub use crate::models::lease_service::{
     Busy, Client, Command, Commands, Environment, EnvironmentError, Event, Lease, LeaseEnd,
     Service, TimedAction, TimedState, TimedWorld, Timing, World, WorldCfg, BUILT_IN_NAMES,
     EFFECT_EXACTLY_ONCE, MAX_PREDICATES,
 };
+pub use crate::protocol::FencePolicy;
 
 /// The former name of [`Lease`] (a lease the lock service granted to the client; `Grant` is the
 /// backend's answer to an acquire, `fencecheck::backend::Grant`).

@@ -213,6 +213,16 @@ impl<O: Clone + Eq> LeaseTable<O> {
         Ok(self.lease.take().expect("held_by found a lease"))
     }
 
+    /// Frees whatever lease is live at `now`, whoever holds it: the release that names only the
+    /// lock (Redis `DEL key`, deleting an etcd key or a ZooKeeper node by its path). It compares
+    /// nothing, so a holder whose lease expired frees its successor's. Returns the lease freed.
+    pub fn delete(&mut self, now: u64) -> Option<Lease<O>> {
+        if !self.lease.as_ref()?.is_live(now) {
+            return None;
+        }
+        self.lease.take()
+    }
+
     fn held_by(&mut self, owner: &O, token: Token) -> Result<&mut Lease<O>, LeaseError> {
         let current = self.lease.as_ref().map(|l| l.token);
         match &mut self.lease {
@@ -437,5 +447,23 @@ mod tests {
         let mut t = LeaseTable::new();
         let a = granted(t.acquire('a', 0, 10));
         assert!(t.release(&'a', a.token).is_ok());
+    }
+
+    #[test]
+    fn delete_frees_whoever_holds_a_live_lease_and_nothing_else() {
+        let mut t = LeaseTable::new();
+        assert!(t.delete(0).is_none(), "nothing held");
+        let a = granted(t.acquire('a', 0, 10));
+        // An expired lease is gone already (Redis answers DEL with 0): nothing is deleted.
+        assert!(t.delete(10).is_none());
+        assert_eq!(t.current().map(|l| l.token), Some(a.token));
+        let b = granted(t.acquire('b', 10, 10));
+        // The stale holder's delete frees the successor's live lease: it compares nothing.
+        assert_eq!(
+            t.delete(12).map(|l| (l.owner, l.token)),
+            Some(('b', b.token))
+        );
+        assert!(t.current().is_none());
+        assert!(matches!(t.acquire('c', 12, 10), Ok(Acquire::Granted(_))));
     }
 }

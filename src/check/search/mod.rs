@@ -4,6 +4,7 @@
 //! the shortest path to each violation by breadth-first search.
 
 pub mod lean;
+pub mod liveness;
 mod seen;
 pub mod shortest;
 mod stateright;

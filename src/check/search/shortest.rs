@@ -15,8 +15,12 @@ type Node<M> = (<M as Model>::State, Option<(usize, <M as Model>::Action)>);
 /// A minimal path to a violation, told in the protocol's words.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Counterexample {
-    /// The steps, first to last; the last one violates the property.
+    /// The steps, first to last; the last one violates the property, unless the run loops.
     pub steps: Vec<Step>,
+    /// For a run that never ends (a livelock): the index of the first step of the loop, which
+    /// then repeats from there to the last step forever.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub loop_from: Option<usize>,
 }
 
 /// The shortest path that violates `property` (an `always` property false in a state, or an
@@ -198,5 +202,8 @@ fn path_to<M: Narrate>(model: &M, nodes: &[Node<M>], mut i: usize) -> Counterexa
         i = *parent;
     }
     steps.reverse();
-    Counterexample { steps }
+    Counterexample {
+        steps,
+        loop_from: None,
+    }
 }
