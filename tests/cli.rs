@@ -386,16 +386,25 @@ fn report_regenerates_the_files_and_keeps_bench_md_without_estimates() {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("bench.md"), "earlier results").unwrap();
+    // A page with a benchmark chart from an earlier run.
+    let charted = format!(
+        "<svg aria-label=\"{}\"></svg>",
+        fencecheck::report::BENCH_CHART_MARK
+    );
+    std::fs::write(dir.join("report.html"), &charted).unwrap();
     let empty = dir.join("no-criterion");
-    let out = fencecheck(&[
-        "report",
-        "--out",
-        dir.to_str().unwrap(),
-        "--criterion",
-        empty.to_str().unwrap(),
-        "--models-doc",
-        dir.join("docs/catalog.md").to_str().unwrap(),
-    ]);
+    let report = || {
+        fencecheck(&[
+            "report",
+            "--out",
+            dir.to_str().unwrap(),
+            "--criterion",
+            empty.to_str().unwrap(),
+            "--models-doc",
+            dir.join("docs/catalog.md").to_str().unwrap(),
+        ])
+    };
+    let out = report();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(stderr(&out).contains("no criterion results under"));
     assert_eq!(
@@ -409,6 +418,31 @@ fn report_regenerates_the_files_and_keeps_bench_md_without_estimates() {
         std::fs::read_to_string(dir.join("bench.md")).unwrap(),
         "earlier results"
     );
+    // No results to draw a chart: the page that has one is kept.
+    assert!(stderr(&out).contains("report.html is left as it was"));
+    assert_eq!(
+        std::fs::read_to_string(dir.join("report.html")).unwrap(),
+        charted
+    );
+    // With the last results kept in bench.json, the page is redrawn with its chart.
+    let kept = fencecheck::report::BenchResult {
+        group: "acquire/uncontended".into(),
+        function: "fenced".into(),
+        median_ns: 200.0,
+        elements: None,
+        baseline: Some("floor".into()),
+        ratio: Some(2.0),
+        written: None,
+        left_out: None,
+        paired: None,
+    };
+    let json = serde_json::to_string(&vec![kept]).unwrap();
+    std::fs::write(dir.join("bench.json"), json).unwrap();
+    let out = report();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let page = std::fs::read_to_string(dir.join("report.html")).unwrap();
+    assert!(page.contains("<h2>Verdicts</h2>") && page.contains("acquire/uncontended"));
+    assert!(page.contains(fencecheck::report::BENCH_CHART_MARK));
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -585,8 +619,11 @@ fn validate_replays_trace_files_and_names_bad_input() {
     let out = fencecheck(&["validate", &a, &b, "--ttl", "2s"]);
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let text = stdout(&out);
+    // The reason leads: the first line says which event and why.
+    let first = text.lines().next().unwrap_or("");
     assert!(
-        text.contains("NOT explained") && text.contains("event 4 cannot be explained"),
+        first.contains("NOT explained: event 4 cannot be explained by the model: ")
+            && first.contains("it answers busy"),
         "{text}"
     );
     let other_ttl = file("c.trace", "# ttl-us 3000000\n");
@@ -594,6 +631,7 @@ fn validate_replays_trace_files_and_names_bad_input() {
     let bad_line = file("e.trace", "10\tA\tacquire-sent\n20 A granted 1\n");
     let bad_word = file("f.trace", "10\tA\tstolen 1\n");
     let empty = file("g.trace", "# nothing\n");
+    let backwards = file("h.trace", "20\tA\tacquire-sent\n10\tA\tgranted 1\n");
     for (args, says) in [
         (vec![a.as_str(), other_ttl.as_str()], "disagree on the TTL"),
         (vec![no_ttl.as_str()], "no --ttl given"),
@@ -606,6 +644,9 @@ fn validate_replays_trace_files_and_names_bad_input() {
             "unknown observation",
         ),
         (vec![empty.as_str(), "--ttl", "1s"], "no events"),
+        (vec![backwards.as_str(), "--ttl", "1s"], "time goes back"),
+        (vec![a.as_str(), a.as_str()], "the same file as"),
+        (vec!["/dev/zero", "--ttl", "1s"], "not a trace"),
         (vec![a.as_str(), "--ttl", "0s"], "more than 0"),
         (vec!["/nonexistent/x.trace", "--ttl", "1s"], "x.trace"),
     ] {

@@ -80,7 +80,9 @@ where
     } else {
         1
     };
-    let bound = options.max_states.map_or(usize::MAX, |m| m.saturating_mul(orbit));
+    let bound = options
+        .max_states
+        .map_or(usize::MAX, |m| m.saturating_mul(orbit));
     for result in &mut run.properties {
         if result.kind != "eventually" || result.verdict != Verdict::Holds {
             continue;

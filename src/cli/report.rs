@@ -34,7 +34,8 @@ edit by hand.
 | `models.md` | the verdict of every model and property, and each violation's minimal counterexample as a numbered timeline and a Mermaid sequence diagram |
 | `models.json` | the same, machine-readable; schema below |
 | `bench.md` | every benchmark's median, throughput and ratio to its group's baseline, with the machine, `rustc` version and commit it was measured on; a result written more than ten minutes apart from its baseline (another run) is listed as left out, without a ratio; a `/paired` group (a backend's fenced operation, or the contended lock, alternating with its floor, see the README) takes that floor as its baseline and ends with the median of its block ratios and a 95 % interval for it |
-| `report.html` | one self-contained page: verdicts, each counterexample as an SVG sequence diagram (violating step in red), benchmark ratios as a bar chart |
+| `bench.json` | the same results as data, from which `report` draws the chart when no criterion results are at hand |
+| `report.html` | one self-contained page: verdicts, each counterexample as an SVG sequence diagram (violating step in red), benchmark ratios as a bar chart (from this run's criterion results, else from `bench.json`; a page with a chart is never replaced by one without) |
 | `mutants.md` | the mutation-testing summary: caught / missed / timeout / unviable counts, the score, the misses, and the mutants excluded as equivalent with the reason for each; regenerate with `cargo mutants` then `fencecheck report` |
 
 `models.json` (schema_version 1; `fencecheck check --json` prints the same document):
@@ -45,6 +46,16 @@ meaning, expected, verdict, matches, minimal, counterexample}]}]}` where `kind` 
 list of `{from, to, text}` steps (`from`/`to` are lifelines such as `client-N`, `lock-service`,
 `storage`, `node-N`, `candidate-N`, `register`).
 ";
+
+/// The benchmark results an earlier `report` kept in `path`, if it can be read.
+fn last_results(path: &std::path::Path) -> Option<Vec<report::BenchResult>> {
+    let results = serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()?;
+    eprintln!(
+        "note: report.html's benchmark chart is drawn from {} (the last measured results)",
+        path.display()
+    );
+    Some(results)
+}
 
 pub(super) fn run(args: ReportArgs) -> Result<ExitCode, UsageError> {
     std::fs::create_dir_all(&args.out).map_err(|e| {
@@ -77,7 +88,8 @@ pub(super) fn run(args: ReportArgs) -> Result<ExitCode, UsageError> {
         }
     };
 
-    let bench = match report::collect_benchmarks(&args.criterion) {
+    let out = |name: &str| args.out.join(name);
+    let measured = match report::collect_benchmarks(&args.criterion) {
         Ok(results) => {
             for r in results.iter().filter(|r| r.left_out.is_some()) {
                 eprintln!(
@@ -90,26 +102,36 @@ pub(super) fn run(args: ReportArgs) -> Result<ExitCode, UsageError> {
             Some(results)
         }
         Err(e) => {
-            eprintln!(
-                "warning: {e}; bench.md is left as it was and report.html has no benchmark chart"
-            );
+            eprintln!("warning: {e}; bench.md and bench.json are left as they were");
             None
         }
     };
     let json = serde_json::to_string_pretty(&report::models_json(&runs, &meta))
         .expect("JSON of plain values");
-    let out = |name: &str| args.out.join(name);
     write_file(&out("models.json"), &(json + "\n"))?;
     write_file(&out("models.md"), &report::models_markdown(&runs, &meta))?;
-    write_file(
-        &out("report.html"),
-        &report::html(&runs, bench.as_deref(), &meta),
-    )?;
     write_file(&out("README.md"), README)?;
-    let mut written = vec!["models.json", "models.md", "report.html", "README.md"];
-    if let Some(results) = &bench {
+    let mut written = vec!["models.json", "models.md", "README.md"];
+    if let Some(results) = &measured {
         write_file(&out("bench.md"), &report::bench_markdown(results, &meta))?;
-        written.push("bench.md");
+        let json = serde_json::to_string_pretty(results).expect("JSON of plain values");
+        write_file(&out("bench.json"), &(json + "\n"))?;
+        written.extend(["bench.md", "bench.json"]);
+    }
+    // The chart comes from this run's results, else from the last ones kept in bench.json; a
+    // page that has a chart is not replaced by one without.
+    let bench = measured.or_else(|| last_results(&out("bench.json")));
+    let had_chart = std::fs::read_to_string(out("report.html"))
+        .is_ok_and(|page| page.contains(report::BENCH_CHART_MARK));
+    if bench.is_some() || !had_chart {
+        let page = report::html(&runs, bench.as_deref(), &meta);
+        write_file(&out("report.html"), &page)?;
+        written.push("report.html");
+    } else {
+        eprintln!(
+            "warning: report.html is left as it was: it has a benchmark chart, and there are no \
+             benchmark results to draw one (run `cargo bench`, then `fencecheck report`)"
+        );
     }
     let outcomes = args.mutants.join("outcomes.json");
     match std::fs::read_to_string(&outcomes) {

@@ -41,12 +41,43 @@ struct Traces {
     ttls: Vec<(u64, String)>,
 }
 
+/// The most a trace file may hold: a trace is one short line per lock event.
+const MAX_TRACE_BYTES: u64 = 256 << 20;
+
+/// A trace file's text, refusing one read twice (its events would be counted twice), one larger
+/// than [`MAX_TRACE_BYTES`] (`/dev/zero`) and one that is not UTF-8.
+fn read_text(path: &PathBuf, seen: &mut Vec<(PathBuf, PathBuf)>) -> Result<String, UsageError> {
+    use std::io::Read as _;
+    let bad = |what: String| UsageError(format!("{}: {what}", path.display()));
+    let real = std::fs::canonicalize(path).map_err(|e| bad(e.to_string()))?;
+    if let Some((first, _)) = seen.iter().find(|(_, r)| *r == real) {
+        return Err(bad(format!(
+            "the same file as {} (each file once: its events would count twice)",
+            first.display()
+        )));
+    }
+    seen.push((path.clone(), real));
+    let file = std::fs::File::open(path).map_err(|e| bad(e.to_string()))?;
+    let mut bytes = Vec::new();
+    file.take(MAX_TRACE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| bad(e.to_string()))?;
+    if bytes.len() as u64 > MAX_TRACE_BYTES {
+        return Err(bad(format!(
+            "more than {} MiB: not a trace (one line per lock event)",
+            MAX_TRACE_BYTES >> 20
+        )));
+    }
+    String::from_utf8(bytes).map_err(|e| bad(format!("not UTF-8 text ({e})")))
+}
+
 fn read_traces(files: &[PathBuf]) -> Result<Traces, UsageError> {
     let mut events: Vec<TraceEvent> = Vec::new();
     let mut ttls = Vec::new();
+    let mut seen = Vec::new();
     for path in files {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| UsageError(format!("{}: {e}", path.display())))?;
+        let text = read_text(path, &mut seen)?;
+        let mut last: Option<(u64, usize)> = None;
         for (n, line) in text.lines().enumerate() {
             let at = || format!("{}:{}", path.display(), n + 1);
             if let Some(rest) = line.strip_prefix("# ttl-us ") {
@@ -65,6 +96,16 @@ fn read_traces(files: &[PathBuf]) -> Result<Traces, UsageError> {
             }
             let event =
                 TraceEvent::parse_line(line).map_err(|e| UsageError(format!("{}: {e}", at())))?;
+            // One file is one process's record on one clock: its times never go back.
+            if let Some((before, line_before)) = last.filter(|(t, _)| *t > event.at_us) {
+                return Err(UsageError(format!(
+                    "{}: time goes back from {before} µs (line {line_before}) to {} µs: a trace \
+                     file is written in time order",
+                    at(),
+                    event.at_us
+                )));
+            }
+            last = Some((event.at_us, n + 1));
             events.push(event);
         }
     }
@@ -148,7 +189,7 @@ pub(super) fn run(args: ValidateArgs) -> Result<ExitCode, UsageError> {
         }
         Err(e @ TraceError::ZeroTtl) => Err(UsageError(e.to_string())),
         Err(e) => {
-            println!("{what}: NOT explained\n{e}");
+            println!("{what}: NOT explained: {e}");
             Ok(super::exit::code(super::exit::CHECK_FAILED))
         }
     }

@@ -16,7 +16,7 @@ use std::time::{Duration, SystemTime};
 pub const SAME_RUN: Duration = Duration::from_secs(600);
 
 /// One benchmark's result as criterion saved it.
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct BenchResult {
     /// The criterion group (`acquire/uncontended`, ...).
     pub group: String,

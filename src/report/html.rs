@@ -13,6 +13,9 @@ th{background:#f3f3f3}.ok{color:#1e7e34}.bad{color:#c0392b;font-weight:bold}\
 figure{margin:1em 0;overflow-x:auto}figcaption{font-weight:bold;margin-bottom:.5em}\
 .meta{color:#666;font-size:90%}";
 
+/// The label of the benchmark chart's SVG: `report` looks for it before replacing a page.
+pub const BENCH_CHART_MARK: &str = "benchmark ratios";
+
 fn bar_chart(results: &[BenchResult]) -> String {
     let rows: Vec<&BenchResult> = results
         .iter()
@@ -27,7 +30,7 @@ fn bar_chart(results: &[BenchResult]) -> String {
     let width = label_w + bar_w + 80.0;
     let mut svg = format!(
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" \
-         role=\"img\" aria-label=\"benchmark ratios\" font-family=\"sans-serif\" font-size=\"12\">\n"
+         role=\"img\" aria-label=\"{BENCH_CHART_MARK}\" font-family=\"sans-serif\" font-size=\"12\">\n"
     );
     let one = label_w + bar_w / max;
     svg.push_str(&format!(

@@ -20,7 +20,7 @@ pub use bench::{
 pub use campaign::{campaign_html, campaign_markdown, trial_svg};
 pub use catalog::{catalog_markdown, CATALOG_DOC};
 pub use diagram::{mermaid, sequence_svg};
-pub use html::html;
+pub use html::{html, BENCH_CHART_MARK};
 pub use junit::junit;
 pub use models::{models_json, models_markdown, SCHEMA_VERSION};
 pub use mutants::{mutants_markdown, MutantsError};

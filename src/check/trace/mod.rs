@@ -73,7 +73,8 @@ pub struct Validated {
 pub enum TraceError {
     /// An observed event is no step the model allows, however the unobserved steps are placed.
     #[error(
-        "event {} cannot be explained by the model: {}\n  {reason}\n  model state: {state}\n{timeline}",
+        "event {} cannot be explained by the model: {reason}\n  the event: {}\n  model state: \
+         {state}\n{timeline}",
         index + 1,
         event
     )]
