@@ -215,6 +215,29 @@ fn the_catalog_is_checked_at_the_size_asked() {
     assert!(text.contains("15 of 15 verdicts match"), "{text}");
     assert!(text.contains("token-reset"), "{text}");
     assert!(!text.contains("ttl-only"), "{text}");
+    // The reports mark the skipped models: JSON lists them, JUnit has a skipped case each.
+    let junit = std::env::temp_dir().join(format!("fencecheck-skip-{}.xml", std::process::id()));
+    let out = fencecheck(&[
+        "check",
+        "--clients",
+        "1",
+        "--json",
+        "--junit",
+        junit.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let skipped = doc["skipped"].as_array().expect("a skipped list");
+    assert_eq!(skipped.len(), 33, "{skipped:?}");
+    assert_eq!(skipped[0]["model"], "ttl-only");
+    assert_eq!(skipped[0]["reason"], "declared for 2-6 clients, not 1");
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    assert_eq!(
+        xml.matches("<skipped message=\"declared for").count(),
+        33,
+        "{xml}"
+    );
+    let _ = std::fs::remove_file(&junit);
     let out = fencecheck(&["check", "fenced", "--clients", "1"]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
 }

@@ -51,7 +51,7 @@ fn temp_dir(name: &str) -> PathBuf {
 #[test]
 fn models_json_follows_the_documented_schema() {
     let runs = runs(None);
-    let text = serde_json::to_string(&report::models_json(&runs, &meta())).unwrap();
+    let text = serde_json::to_string(&report::models_json(&runs, &[], &meta())).unwrap();
     let doc: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(doc["schema_version"], report::SCHEMA_VERSION);
     assert_eq!(doc["all_match"], true);
@@ -121,7 +121,7 @@ fn assert_balanced(xml: &str) {
 #[test]
 fn junit_has_one_testcase_per_property_and_failures_carry_the_timeline() {
     let runs = runs(Some(Mutant::FenceAcceptsOlder));
-    let xml = report::junit(&runs);
+    let xml = report::junit(&runs, &[]);
     assert_balanced(&xml);
     assert!(xml.starts_with("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites "));
     let total: usize = runs.iter().map(|r| r.properties.len()).sum();

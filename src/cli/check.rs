@@ -6,7 +6,7 @@ use fencecheck::check::{
     Progress, MAX_CLIENTS,
 };
 use fencecheck::models::{Expected, Mutant};
-use fencecheck::report::sizes;
+use fencecheck::report::{sizes, Skipped};
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -160,7 +160,7 @@ pub(super) fn run(args: CheckArgs) -> Result<ExitCode, UsageError> {
             .map(|n| model(n))
             .collect::<Result<_, _>>()?,
     };
-    let entries = at_the_size_asked(entries, args.models.is_empty(), args.size.clients)?;
+    let (entries, skipped) = at_the_size_asked(entries, args.models.is_empty(), args.size.clients)?;
     let sized = entries
         .iter()
         .map(|e| Ok((*e, params(&args.size, e)?)))
@@ -197,10 +197,11 @@ pub(super) fn run(args: CheckArgs) -> Result<ExitCode, UsageError> {
     }
 
     if let Some(path) = &args.junit {
-        super::write_file(path, &fencecheck::report::junit(&runs))?;
+        super::write_file(path, &fencecheck::report::junit(&runs, &skipped))?;
     }
     if args.json {
-        let json = fencecheck::report::models_json(&runs, &fencecheck::report::Meta::collect());
+        let meta = fencecheck::report::Meta::collect();
+        let json = fencecheck::report::models_json(&runs, &skipped, &meta);
         println!(
             "{}",
             serde_json::to_string_pretty(&json).expect("JSON of plain values")
@@ -222,15 +223,16 @@ pub(super) fn run(args: CheckArgs) -> Result<ExitCode, UsageError> {
 
 /// With no model named and `--clients N` given, the models declared for N clients: the others
 /// are skipped and named in one line on stderr with their declared sizes; none left is a usage
-/// error. Named models are kept (a size one does not take is refused for it).
+/// error. Named models are kept (a size one does not take is refused for it). Returns the kept
+/// models and the skipped ones, for the JSON and JUnit reports.
 fn at_the_size_asked(
     entries: Vec<&'static ModelEntry>,
     whole_catalog: bool,
     clients: Option<usize>,
-) -> Result<Vec<&'static ModelEntry>, UsageError> {
+) -> Result<(Vec<&'static ModelEntry>, Vec<Skipped>), UsageError> {
     // A size outside what any model may take is refused by `params`, naming the flag's range.
     let Some(n) = clients.filter(|n| whole_catalog && (1..=MAX_CLIENTS).contains(n)) else {
-        return Ok(entries);
+        return Ok((entries, Vec::new()));
     };
     let (kept, skipped): (Vec<_>, Vec<_>) =
         entries.into_iter().partition(|e| e.clients.contains(&n));
@@ -254,7 +256,18 @@ fn at_the_size_asked(
             sizes(&skipped)
         );
     }
-    Ok(kept)
+    let skipped = skipped
+        .iter()
+        .map(|e| Skipped {
+            model: e.name,
+            reason: format!(
+                "declared for {}-{} clients, not {n}",
+                e.clients.start(),
+                e.clients.end()
+            ),
+        })
+        .collect();
+    Ok((kept, skipped))
 }
 
 /// Checks each model in turn with a progress line; stops at a model the checker refuses.

@@ -106,7 +106,7 @@ pub(super) fn run(args: ReportArgs) -> Result<ExitCode, UsageError> {
             None
         }
     };
-    let json = serde_json::to_string_pretty(&report::models_json(&runs, &meta))
+    let json = serde_json::to_string_pretty(&report::models_json(&runs, &[], &meta))
         .expect("JSON of plain values");
     write_file(&out("models.json"), &(json + "\n"))?;
     write_file(&out("models.md"), &report::models_markdown(&runs, &meta))?;

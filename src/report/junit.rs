@@ -5,8 +5,8 @@ use crate::check::{outcome, Gate, ModelRun, Outcome};
 
 /// A `<testsuites>` document: a `<testsuite>` per model, a `<testcase>` per property; a verdict
 /// that differs from its declaration is a `<failure>` whose text is the counterexample timeline,
-/// an undecided one is `<skipped>`.
-pub fn junit(runs: &[ModelRun]) -> String {
+/// an undecided one is `<skipped>`; each model left out is a suite with one skipped case.
+pub fn junit(runs: &[ModelRun], left_out: &[super::Skipped]) -> String {
     let gate = Gate::of(runs);
     let (total, failures) = (gate.total, gate.mismatched);
     let seconds: f64 = runs.iter().map(|r| r.seconds).sum();
@@ -55,6 +55,13 @@ pub fn junit(runs: &[ModelRun]) -> String {
             xml.push_str("</testcase>\n");
         }
         xml.push_str("  </testsuite>\n");
+    }
+    for s in left_out {
+        xml.push_str(&format!(
+            "  <testsuite name=\"{0}\" tests=\"1\" failures=\"0\" errors=\"0\" skipped=\"1\" time=\"0\">\n    <testcase classname=\"fencecheck.{0}\" name=\"not checked\" time=\"0\"><skipped message=\"{1}\"/></testcase>\n  </testsuite>\n",
+            escape(s.model),
+            escape(&s.reason)
+        ));
     }
     xml.push_str("</testsuites>\n");
     xml

@@ -22,6 +22,15 @@ pub use catalog::{catalog_markdown, CATALOG_DOC};
 pub use diagram::{mermaid, sequence_svg};
 pub use html::{html, BENCH_CHART_MARK};
 pub use junit::junit;
+
+/// A model the check left out, and why (it is not declared for the size asked).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Skipped {
+    /// The model.
+    pub model: &'static str,
+    /// Why it was not checked, e.g. `declared for 2-4 clients`.
+    pub reason: String,
+}
 pub use models::{models_json, models_markdown, SCHEMA_VERSION};
 pub use mutants::{mutants_markdown, MutantsError};
 pub use text::{sizes, verdicts_text};

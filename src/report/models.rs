@@ -11,7 +11,7 @@ pub const SCHEMA_VERSION: u32 = 1;
 /// {clients, writes, retries, mutant}, states, generated, max_depth, seconds, complete,
 /// symmetry, properties: [{property, kind,
 /// meaning, expected, verdict, matches, minimal, counterexample: null | [{from, to, text}]}]}]}`.
-pub fn models_json(runs: &[ModelRun], meta: &Meta) -> Value {
+pub fn models_json(runs: &[ModelRun], skipped: &[super::Skipped], meta: &Meta) -> Value {
     let models: Vec<Value> = runs
         .iter()
         .map(|r| {
@@ -55,6 +55,7 @@ pub fn models_json(runs: &[ModelRun], meta: &Meta) -> Value {
         "commit": meta.commit,
         "all_match": Gate::of(runs).all_match(),
         "models": models,
+        "skipped": skipped,
     })
 }
 
