@@ -10,6 +10,7 @@
 //! livelock, and is not reported. The counterexample is a lasso: the shortest path to the loop,
 //! then the loop, which takes every such step once.
 
+use super::seen::fingerprint;
 use super::shortest::Counterexample;
 use crate::models::{Fair, Narrate};
 use stateright::Expectation;
@@ -83,9 +84,9 @@ where
             edges: Vec::new(),
             enabled: Vec::new(),
         };
-        let mut index: HashMap<M::State, u32> = HashMap::new();
+        let mut index: HashMap<u64, u32> = HashMap::new();
         for s in model.init_states() {
-            if !met(model, &s) && !index.contains_key(&s) {
+            if !met(model, &s) && !index.contains_key(&fingerprint(&s)) {
                 graph.add(&mut index, s, None, max_states)?;
             }
         }
@@ -110,7 +111,7 @@ where
                 if met(model, &next) {
                     continue;
                 }
-                let j = match index.get(&next) {
+                let j = match index.get(&fingerprint(&next)) {
                     Some(&j) => j,
                     None => {
                         let parent = Some((i as u32, action.clone()));
@@ -125,7 +126,7 @@ where
 
     fn add(
         &mut self,
-        index: &mut HashMap<M::State, u32>,
+        index: &mut HashMap<u64, u32>,
         state: M::State,
         parent: Option<(u32, M::Action)>,
         max_states: usize,
@@ -134,7 +135,7 @@ where
             return Err(TooMany);
         }
         let id = self.states.len() as u32;
-        index.insert(state.clone(), id);
+        index.insert(fingerprint(&state), id);
         self.states.push(state);
         self.parent.push(parent);
         self.edges.push(Vec::new());
