@@ -105,6 +105,18 @@ fn a_token_writer_finishes_on_a_clock() {
             report.expect_violated("single_believer");
         }
     }
+    // A failing expectation marks the step that breaks the property and says why.
+    let report = verify(Environment::new(OneJob { check_first: false }));
+    let failed = std::panic::catch_unwind(|| {
+        report.expect_holds("single_believer");
+    })
+    .expect_err("single_believer is violated");
+    let message = failed.downcast_ref::<String>().expect("a message");
+    let marked = message
+        .lines()
+        .find(|l| l.contains("<- violates single_believer: "))
+        .expect("the breaking step marked");
+    assert!(marked.contains("at most one"), "{message}");
 }
 
 /// Believes its lease until `ttl - 1` ticks on its own clock after it asked (`from_reply`:
