@@ -31,6 +31,7 @@ shortest counterexample, 11 steps:
    9. lock-service -> client-1: client-1 hears the lease is still its own, runs the job, sends the report
   10. client-1 -> storage: client-1 writes without a token (under its lease 2): accepted
   11. client-0 -> storage: client-0 writes without a token (under its lease 1): accepted
+      <- violates storage_in_lease_order: storage never accepts a write from an older lease after one from a newer lease
 "
     );
     let cx = report
