@@ -6,7 +6,7 @@
 //! ([`super::trace::validate`]), and by checking its counter's register history for
 //! linearizability ([`linearize::check`]).
 
-use super::linearize::{self, Checked, NotLinearizable, Operation};
+use super::linearize::{self, Checked, LinearizeError, Operation};
 use super::trace::{validate, Replay, TraceError, Validated};
 use crate::protocol::{
     storage_in_lease_order, History, HistoryError, HistoryEvent, Observed, Trace,
@@ -64,7 +64,7 @@ pub struct TrialVerdict {
     /// The trace replayed through the model.
     pub validation: Result<Validated, TraceError>,
     /// The register history checked for linearizability.
-    pub linearizable: Result<Checked, NotLinearizable<u64>>,
+    pub linearizable: Result<Checked, LinearizeError<u64>>,
 }
 
 impl TrialVerdict {

@@ -138,7 +138,7 @@ const BASELINES: &[&str] = &[
     "create_list_delete_floor",
     "two_plain_writes_floor",
     "plain_write_floor",
-    "baseline_replay_100k",
+    "baseline_replay",
 ];
 
 fn read_json(path: &Path, what: &'static str) -> Result<Value, BenchError> {

@@ -37,8 +37,8 @@ fn row(i: usize, record: &TrialRecord, v: &TrialVerdict) -> [String; 10] {
     let linear = match &v.linearizable {
         Ok(c) => format!("linearizable ({} operations)", c.operations),
         Err(e) => format!(
-            "NOT LINEARIZABLE: {} operations cannot be ordered",
-            e.operations.len()
+            "NOT LINEARIZABLE: {}",
+            e.to_string().lines().next().unwrap_or_default()
         ),
     };
     [
