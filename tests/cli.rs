@@ -293,6 +293,58 @@ fn bad_input_gets_one_clear_line_and_exit_2() {
         (&["explore", "nosuch"], "error: unknown model 'nosuch'"),
         #[cfg(feature = "backends")]
         (
+            &[
+                "run",
+                "--lock",
+                "redis://127.0.0.1:0",
+                "--name",
+                "x",
+                "--",
+                "true",
+            ],
+            "127.0.0.1:0: port 0 is no server's port",
+        ),
+        #[cfg(feature = "backends")]
+        (
+            &[
+                "run",
+                "--lock",
+                "etcd://127.0.0.1:0",
+                "--name",
+                "x",
+                "--",
+                "true",
+            ],
+            "127.0.0.1:0: port 0 is no server's port",
+        ),
+        #[cfg(feature = "backends")]
+        (
+            &[
+                "run",
+                "--lock",
+                "zk://127.0.0.1:0",
+                "--name",
+                "x",
+                "--",
+                "true",
+            ],
+            "127.0.0.1:0: port 0 is no server's port",
+        ),
+        #[cfg(feature = "backends")]
+        (
+            &[
+                "run",
+                "--lock",
+                "raft://127.0.0.1:0",
+                "--name",
+                "x",
+                "--",
+                "true",
+            ],
+            "127.0.0.1:0: port 0 is no server's port",
+        ),
+        #[cfg(feature = "backends")]
+        (
             &["demo", "--ttl-ms", "0"],
             "error: --ttl-ms 0: expected a lease time-to-live from 10 to 10000 milliseconds",
         ),

@@ -116,6 +116,28 @@ fn canonical_address(address: &str, port: u16) -> String {
     }
 }
 
+/// Why an address of a lock spec names no port a server could listen on: port 0 (which asks the
+/// system for any free port) or a port that is not a number from 1 to 65535. No port is fine (the
+/// service's usual one).
+fn bad_port(address: &str) -> Option<String> {
+    let address = address.split_once("://").map_or(address, |(_, rest)| rest);
+    let address = address.rsplit_once('@').map_or(address, |(_, host)| host);
+    let address = address.split('/').next().unwrap_or(address);
+    if address.ends_with(']') {
+        return None;
+    }
+    let (_, port) = address.rsplit_once(':')?;
+    match port.parse::<u16>() {
+        Ok(0) => Some(format!(
+            "{address}: port 0 is no server's port (expected 1 to 65535)"
+        )),
+        Ok(_) => None,
+        Err(_) => Some(format!(
+            "{address}: port {port:?} is not a number from 1 to 65535"
+        )),
+    }
+}
+
 /// What a lock spec string may be (the message of every refusal).
 const SPEC_FORMS: &str = "expected redis://HOST:PORT[/DB], etcd://HOST:PORT[,HOST:PORT...], \
                           zk://HOST:PORT[,HOST:PORT...] or raft://HOST:PORT[,HOST:PORT...]";
@@ -141,6 +163,9 @@ impl std::str::FromStr for LockSpec {
                 Ok(items)
             }
         };
+        if let Some(why) = parse_endpoints(rest).iter().find_map(|a| bad_port(a)) {
+            return Err(bad(&why));
+        }
         Ok(match scheme {
             "redis" if !rest.is_empty() => LockSpec::Redis {
                 url: text.to_string(),
@@ -319,6 +344,30 @@ mod tests {
             id("raft://b.invalid:7002,A.invalid:7001"),
             "raft://a.invalid:7001,b.invalid:7002"
         );
+    }
+
+    #[test]
+    fn port_zero_or_no_number_is_refused_for_every_kind() {
+        for text in [
+            "redis://127.0.0.1:0",
+            "redis://user:pw@127.0.0.1:0/1",
+            "etcd://127.0.0.1:2379,127.0.0.1:0",
+            "etcd://http://127.0.0.1:0",
+            "zk://127.0.0.1:0/app",
+            "raft://127.0.0.1:7001,127.0.0.1:0",
+            "raft://127.0.0.1:http",
+            "redis://127.0.0.1:70000",
+        ] {
+            let err = text.parse::<LockSpec>().expect_err(text).to_string();
+            assert!(err.contains("port"), "{text}: {err}");
+        }
+        for fine in [
+            "redis://localhost",
+            "zk://[::1]:2181",
+            "etcd://127.0.0.1:2379",
+        ] {
+            assert!(fine.parse::<LockSpec>().is_ok(), "{fine}");
+        }
     }
 
     #[test]

@@ -128,12 +128,15 @@ fn parse_override(text: &str) -> Result<Override, UsageError> {
 }
 
 pub(super) fn run(args: CheckArgs) -> Result<ExitCode, UsageError> {
-    if args.threads == 0 || args.threads > 64 {
-        return Err(UsageError(format!(
-            "--threads {}: expected a number of checker threads from 1 to 64",
-            args.threads
-        )));
-    }
+    let threads = match args.threads {
+        Some(n) if n == 0 || n > 64 => {
+            return Err(UsageError(format!(
+                "--threads {n}: expected a number of checker threads from 1 to 64"
+            )))
+        }
+        Some(n) => n,
+        None => std::thread::available_parallelism().map_or(1, |n| n.get().min(64)),
+    };
     if args.max_states == Some(0) {
         return Err(UsageError(
             "--max-states 0: expected at least 1 state".into(),
@@ -171,12 +174,12 @@ pub(super) fn run(args: CheckArgs) -> Result<ExitCode, UsageError> {
         .map(|e| parse_override(e))
         .collect::<Result<Vec<_>, _>>()?;
     let options = Options {
-        threads: args.threads,
+        threads,
         symmetry: !args.no_symmetry,
         max_states: args.max_states,
-        engine: match (args.engine, args.max_states) {
-            (Some(EngineArg::Lean), _) | (None, Some(_)) => Engine::Lean,
-            (Some(EngineArg::Stateright), _) | (None, None) => Engine::Stateright,
+        engine: match args.engine {
+            Some(EngineArg::Lean) | None => Engine::Lean,
+            Some(EngineArg::Stateright) => Engine::Stateright,
         },
         ..Options::default()
     };

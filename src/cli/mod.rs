@@ -140,9 +140,9 @@ struct CheckArgs {
     models: Vec<String>,
     #[command(flatten)]
     size: SizeArgs,
-    /// Checker threads.
-    #[arg(long, value_name = "N", default_value_t = 1)]
-    threads: usize,
+    /// Checker threads (default: one per core).
+    #[arg(long, value_name = "N")]
+    threads: Option<usize>,
     /// Turn symmetry reduction over the clients off.
     #[arg(long)]
     no_symmetry: bool,
@@ -155,7 +155,7 @@ struct CheckArgs {
     allow_incomplete: bool,
     /// The search that decides the verdicts: Stateright's checker, or fencecheck's own lean
     /// search (the same states and verdicts; less work per state, and threads share work).
-    /// Default: stateright, or lean with --max-states.
+    /// Default: lean.
     #[arg(long, value_enum)]
     engine: Option<EngineArg>,
     /// Print the results as JSON (one object per model and property) instead of a table.
