@@ -241,16 +241,43 @@ pub(super) fn run(args: RunArgs) -> Result<ExitCode, UsageError> {
 
 /// After an acquire that timed out on the client, the server may have granted it all the same:
 /// frees a lease the server shows for `owner` (unique to this run: HOST:PID by default), so it
-/// does not keep everyone out for a whole TTL. Best effort; says what it did.
-async fn free_own_lease<L: LockService>(lock: &L, owner: &str) {
-    if let Ok(Some(h)) = lock.holder().await {
-        if h.owner == owner && lock.release(owner, h.token).await.unwrap_or(false) {
-            eprintln!(
-                "fencecheck run: the acquire timed out after the server had granted it; released \
-                 that lease (token {})",
-                h.token
-            );
+/// does not keep everyone out for a whole TTL. The link that lost the reply is often still slow,
+/// so the cleanup has its own budget: it asks again (each request reconnects after a timeout)
+/// for four request timeouts, at least 2 s, never past the TTL. Says what it did, and when it
+/// could not find out, how long the lock may stay held.
+async fn free_own_lease<L: LockService>(lock: &L, owner: &str, args: &RunArgs) {
+    let budget = (args.timeout * 4).max(Duration::from_secs(2)).min(args.ttl);
+    let until = Instant::now() + budget;
+    let mut backoff = fencecheck::backend::retry::RIDE_OUT;
+    loop {
+        match lock.holder().await {
+            Ok(Some(h)) if h.owner == owner => match lock.release(owner, h.token).await {
+                Ok(true) => {
+                    eprintln!(
+                        "fencecheck run: the acquire timed out after the server had granted \
+                         it; released that lease (token {})",
+                        h.token
+                    );
+                    return;
+                }
+                // Gone or someone else's by now: nothing of ours is held.
+                Ok(false) => return,
+                Err(_) => {}
+            },
+            // Nobody's, or someone else's: the timed-out acquire took nothing.
+            Ok(_) => return,
+            Err(_) => {}
         }
+        let Some(pause) = backoff.next_pause(Instant::now(), Some(until)) else {
+            eprintln!(
+                "fencecheck run: the acquire of lock {:?} timed out and the server did not \
+                 answer whether it had granted it, for {budget:?}: if it did, the lock stays held \
+                 for up to {:?} (its TTL)",
+                args.name, args.ttl
+            );
+            return;
+        };
+        tokio::time::sleep(pause).await;
     }
 }
 
@@ -372,7 +399,7 @@ async fn acquire_lease<L: LockService>(
                 return Err(Ok(ExitCode::from(EXIT_LOCK_BUSY)));
             }
             Err(e) if e.kind() == ErrorKind::Timeout => {
-                free_own_lease(lock.as_ref(), owner).await;
+                free_own_lease(lock.as_ref(), owner, args).await;
                 Err(e)
             }
             Err(e) => Err(e),
@@ -381,19 +408,24 @@ async fn acquire_lease<L: LockService>(
         Some(_) | None => {
             let century = Duration::from_secs(100 * 365 * 86_400);
             let timed_out = std::cell::Cell::new(false);
-            ride_out(true, until, || {
+            let acquired = ride_out(true, until, || {
                 let left = until.map_or(century, |u| u.saturating_duration_since(Instant::now()));
                 let timed_out = &timed_out;
                 async move {
                     if timed_out.get() {
-                        free_own_lease(lock.as_ref(), owner).await;
+                        free_own_lease(lock.as_ref(), owner, args).await;
                     }
                     let r = lock.acquire(owner, left).await;
                     timed_out.set(r.as_ref().is_err_and(|e| e.kind() == ErrorKind::Timeout));
                     r
                 }
             })
-            .await
+            .await;
+            // --wait ran out right after an acquire that timed out: free what it may have taken.
+            if timed_out.get() {
+                free_own_lease(lock.as_ref(), owner, args).await;
+            }
+            acquired
         }
     };
     match acquired {
