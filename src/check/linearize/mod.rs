@@ -6,11 +6,12 @@
 //! least the highest stored, else it is answered stale with that highest token; a read returns
 //! the stored value and its token. A write that never completed may or may not have taken effect.
 //!
-//! Keys are independent registers, so each key's operations are checked on their own ([`search`]:
-//! Wing and Gong's search with Lowe's memoisation, linear in a history whose operations barely
-//! overlap, unanswered writes included). A key that cannot be linearized is reported with a
-//! minimal set of its operations that cannot be ordered ([`minimise`]); [`verdict`] skips that.
-//! A search that would explore more than its bound of states stops with an error.
+//! Keys are independent registers, so each key's operations are checked on their own: Wing and
+//! Gong's search with Lowe's memoisation, linear in a history whose operations barely overlap,
+//! unanswered writes included (an unanswered write may take effect at any moment after its
+//! invocation, or never; it is placed just in time). A key that cannot be linearized is reported
+//! with a minimal set of its operations that cannot be ordered ([`NotLinearizable`]); [`verdict`]
+//! skips that. A search that would explore more than its bound of states stops with an error.
 
 mod minimise;
 mod search;
@@ -85,10 +86,13 @@ fn apply<V: Clone>(state: &Register<V>, call: &Call<V>) -> (Answer<V>, Register<
 pub struct NotLinearizable<V> {
     /// The key whose operations cannot be ordered.
     pub key: u32,
-    /// With [`check`]: a minimal set of them that cannot be ordered (no single operation can be
-    /// removed without making the rest orderable, except a write a remaining answer names; it
-    /// always contains an operation whose answer no order explains; see [`minimise`]). With
-    /// [`verdict`]: empty.
+    /// With [`check`]: a minimal set of them that cannot be ordered. Minimal means that no single
+    /// operation can be removed without making the rest orderable, except a write a remaining
+    /// answer names (a read's value, a stale answer's highest token), which stays with every
+    /// write that could be the one named: deleting it would make a new failure, not shrink the old
+    /// one. Such a set of a history's operations always contains an operation whose answer no
+    /// order explains (a planted fault is always named); it is not always the smallest such set.
+    /// With [`verdict`]: empty.
     pub operations: Vec<Operation<V>>,
 }
 
