@@ -383,7 +383,7 @@ async fn keepalive_renews_and_signals_loss() {
 /// connection.
 async fn acquire_after_restart(lock: &RedisLock, owner: &str) -> Result<Acquired, BackendError> {
     match lock.try_acquire(owner).await {
-        Err(BackendError::Server { .. }) => lock.try_acquire(owner).await,
+        Err(BackendError::Dropped { .. }) => lock.try_acquire(owner).await,
         other => other,
     }
 }

@@ -666,3 +666,54 @@ fn a_long_grace_runs_the_job_to_its_end_and_still_stops_it_inside_the_lease() {
         "the job was stopped {after:?} after the server froze, past the lease"
     );
 }
+
+/// A Redis restart while a run waits for a held lock: the connection the waiter asks on is
+/// closed by the server, which is no reason to give up: the waiter rides it out and takes the
+/// lock after the holder, before `--wait` runs out. (With persistence, so the token counter and
+/// the holder's lease survive the restart.)
+#[test]
+fn a_server_restart_while_waiting_is_ridden_out() {
+    let Some(mut redis) = started_or_skip("run: restart while waiting", RedisServer::start(true))
+    else {
+        return;
+    };
+    let url = redis.url();
+    let spawn = |extra: &[&str], cmd: &str| {
+        fencecheck_cmd()
+            .args(["run", "--lock", &url, "--name", "restart", "--ttl", "3s"])
+            .args(extra)
+            .args(["--", "sh", "-c", cmd])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let holder = spawn(&[], "echo token=$FENCECHECK_TOKEN; sleep 2");
+    std::thread::sleep(Duration::from_millis(300));
+    let waiters: Vec<_> = (0..3)
+        .map(|_| {
+            spawn(
+                &["--wait", "20s"],
+                "echo token=$FENCECHECK_TOKEN; sleep 0.2",
+            )
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(700));
+    redis.restart().unwrap();
+    let holder = holder.wait_with_output().unwrap();
+    eprintln!(
+        "holder: exit {:?}: {}",
+        holder.status.code(),
+        text(&holder.stderr)
+    );
+    for w in waiters {
+        let out = w.wait_with_output().unwrap();
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "a waiter gave up: {err}");
+        assert!(
+            text(&out.stdout).starts_with("token="),
+            "{}",
+            text(&out.stdout)
+        );
+    }
+}

@@ -86,6 +86,23 @@ pub enum BackendError {
         /// The bound that passed.
         after: Duration,
     },
+    /// The connection ended before the answer came (a server that restarted or closed it): the
+    /// request may or may not have taken effect.
+    #[error(
+        "{backend} closed the connection during {operation} ({detail}); it may or may not have \
+         taken effect"
+    )]
+    Dropped {
+        /// `redis`, `postgres`, ...
+        backend: &'static str,
+        /// What was being done.
+        operation: &'static str,
+        /// The client library's error, in one line.
+        detail: String,
+        /// The client library's error (see [`BackendError::cause`]).
+        #[source]
+        source: Option<Cause>,
+    },
     /// The server answered with an error or something unexpected.
     #[error("{backend} {operation} failed: {detail}")]
     Server {
@@ -182,6 +199,9 @@ pub enum ErrorKind {
     Unreachable,
     /// The server did not answer in time: may succeed later; the request may have taken effect.
     Timeout,
+    /// The connection ended before the answer: may succeed later; the request may have taken
+    /// effect.
+    Dropped,
     /// The server answered with an error or something unexpected.
     Server,
     /// The lock service lost its token counter.
@@ -195,23 +215,34 @@ impl BackendError {
             BackendError::Invalid { .. } => ErrorKind::Invalid,
             BackendError::Connect { .. } => ErrorKind::Unreachable,
             BackendError::Timeout { .. } => ErrorKind::Timeout,
+            BackendError::Dropped { .. } => ErrorKind::Dropped,
             BackendError::Server { .. } => ErrorKind::Server,
             BackendError::TokenRegressed { .. } => ErrorKind::TokenRegressed,
         }
     }
 
-    /// Whether trying again later may succeed (the server was unreachable or slow).
+    /// Whether trying again later may succeed (the server was unreachable, slow, or ended the
+    /// connection).
     pub fn is_transient(&self) -> bool {
-        matches!(self.kind(), ErrorKind::Unreachable | ErrorKind::Timeout)
+        matches!(
+            self.kind(),
+            ErrorKind::Unreachable | ErrorKind::Timeout | ErrorKind::Dropped
+        )
+    }
+
+    /// Whether the request may have taken effect although no answer came (a timeout, a
+    /// connection that ended): whoever depends on its effect must look.
+    pub fn fate_unknown(&self) -> bool {
+        matches!(self.kind(), ErrorKind::Timeout | ErrorKind::Dropped)
     }
 
     /// The client library's error behind this one, as its own type: what a caller matches on
     /// instead of reading the message (`e.cause::<ZkError>() == Some(&ZkError::NoNode)`).
     pub fn cause<E: std::error::Error + 'static>(&self) -> Option<&E> {
         match self {
-            BackendError::Connect { source, .. } | BackendError::Server { source, .. } => {
-                source.as_deref()?.downcast_ref::<E>()
-            }
+            BackendError::Connect { source, .. }
+            | BackendError::Server { source, .. }
+            | BackendError::Dropped { source, .. } => source.as_deref()?.downcast_ref::<E>(),
             _ => None,
         }
     }
@@ -454,9 +485,23 @@ mod tests {
         assert_eq!(unreachable.kind(), ErrorKind::Unreachable);
         assert_eq!(slow.kind(), ErrorKind::Timeout);
         assert!(unreachable.is_transient() && slow.is_transient());
+        // A refused connection sent nothing; a timeout or a connection closed mid-request may
+        // have taken effect.
+        let dropped = BackendError::Dropped {
+            backend: "redis",
+            operation: "acquire",
+            detail: "the server closed the connection".into(),
+            source: None,
+        };
+        assert_eq!(dropped.kind(), ErrorKind::Dropped);
+        assert!(dropped.is_transient() && dropped.fate_unknown() && slow.fate_unknown());
+        assert!(!unreachable.fate_unknown());
+        assert!(dropped
+            .to_string()
+            .contains("may or may not have taken effect"));
         let bad = BackendError::invalid("lock name", "empty");
         assert_eq!(bad.kind(), ErrorKind::Invalid);
-        assert!(!bad.is_transient());
+        assert!(!bad.is_transient() && !bad.fate_unknown());
         let negative = server_token("etcd", "holder", -3).unwrap_err();
         assert_eq!(negative.kind(), ErrorKind::Server);
         assert!(negative.to_string().contains("-3 is not a token"));

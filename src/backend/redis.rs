@@ -194,6 +194,14 @@ impl Conn {
                         after: self.options.response_timeout,
                     });
                 }
+                if e.is_io_error() || e.is_connection_dropped() {
+                    return Err(BackendError::Dropped {
+                        backend: BACKEND,
+                        operation,
+                        detail: describe(&e),
+                        source: Some(Box::new(e)),
+                    });
+                }
                 Err(BackendError::Server {
                     backend: BACKEND,
                     operation,

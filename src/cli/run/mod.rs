@@ -254,8 +254,8 @@ async fn free_own_lease<L: LockService>(lock: &L, owner: &str, args: &RunArgs) {
             Ok(Some(h)) if h.owner == owner => match lock.release(owner, h.token).await {
                 Ok(true) => {
                     eprintln!(
-                        "fencecheck run: the acquire timed out after the server had granted \
-                         it; released that lease (token {})",
+                        "fencecheck run: the acquire got no answer after the server had \
+                         granted it; released that lease (token {})",
                         h.token
                     );
                     return;
@@ -270,9 +270,9 @@ async fn free_own_lease<L: LockService>(lock: &L, owner: &str, args: &RunArgs) {
         }
         let Some(pause) = backoff.next_pause(Instant::now(), Some(until)) else {
             eprintln!(
-                "fencecheck run: the acquire of lock {:?} timed out and the server did not \
-                 answer whether it had granted it, for {budget:?}: if it did, the lock stays held \
-                 for up to {:?} (its TTL)",
+                "fencecheck run: the acquire of lock {:?} got no answer, and the server did \
+                 not say whether it had granted it, for {budget:?}: if it did, the lock stays \
+                 held for up to {:?} (its TTL)",
                 args.name, args.ttl
             );
             return;
@@ -398,7 +398,7 @@ async fn acquire_lease<L: LockService>(
                 );
                 return Err(Ok(ExitCode::from(EXIT_LOCK_BUSY)));
             }
-            Err(e) if e.kind() == ErrorKind::Timeout => {
+            Err(e) if e.fate_unknown() => {
                 free_own_lease(lock.as_ref(), owner, args).await;
                 Err(e)
             }
@@ -416,7 +416,7 @@ async fn acquire_lease<L: LockService>(
                         free_own_lease(lock.as_ref(), owner, args).await;
                     }
                     let r = lock.acquire(owner, left).await;
-                    timed_out.set(r.as_ref().is_err_and(|e| e.kind() == ErrorKind::Timeout));
+                    timed_out.set(r.as_ref().is_err_and(BackendError::fate_unknown));
                     r
                 }
             })
