@@ -7,12 +7,15 @@
 //! - [`client`]: check your own lock client in the models' world ([`verify`]).
 //! - [`models`]: Stateright models of lock protocols built on the core.
 //! - [`raftdb`]: the Raft lock database that `fencecheck raft-node` serves (openraft).
+//! - [`campaign`]: the fault campaign (`fencecheck torture`): workers, nemeses, histories.
 //! - [`check`]: running the models and comparing verdicts with their declared expectations.
 //! - [`report`]: rendering verdicts, counterexample diagrams and benchmark results.
 #![deny(missing_docs)]
 
 #[cfg(all(feature = "backends", not(loom)))]
 pub mod backend;
+#[cfg(all(feature = "backends", not(loom)))]
+pub mod campaign;
 pub mod check;
 pub mod client;
 pub mod local;

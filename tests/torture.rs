@@ -183,18 +183,45 @@ fn a_fenced_campaign_on_the_in_process_lock_keeps_every_increment_and_the_contro
 
 #[test]
 fn bad_campaign_settings_are_one_line_errors() {
-    for (args, says) in [
-        (vec!["--trials", "0"], "--trials 0: expected 1 to 10000"),
-        (vec!["--workers", "1"], "--workers 1: expected 2 to 16"),
-        (vec!["--ttl-ms", "5"], "--ttl-ms 5: expected 50 to 10000"),
+    for (args, starts) in [
+        (
+            vec!["--trials", "0"],
+            "error: --trials 0: expected 1 to 10000",
+        ),
+        (
+            vec!["--workers", "1"],
+            "error: --workers 1: expected 2 to 16",
+        ),
+        (
+            vec!["--ttl-ms", "5"],
+            "error: --ttl-ms 5: expected 50 to 10000",
+        ),
         (
             vec!["--increments", "101"],
-            "--increments 101: expected 1 to 100",
+            "error: --increments 101: expected 1 to 100",
         ),
         (
             vec!["--lock", "redis://127.0.0.1:1", "--nemesis", "kill-server"],
-            "--nemesis kill-server kills only servers torture starts itself: give --lock a \
+            "error: --nemesis kill-server kills only servers torture starts itself: give --lock a \
              kind alone (redis, etcd, zk) rather than an address, or leave out kill-server",
+        ),
+        (
+            vec!["--nemesis", "pause,partition"],
+            "error: invalid value 'partition' for '--nemesis <NEMESIS,...>': unknown nemesis \
+             \"partition\"; expected one of pause, stall, kill-server, clock-skew",
+        ),
+        (
+            vec!["--lock", "raft"],
+            "error: --lock raft: the campaign does not drive a Raft cluster yet",
+        ),
+        (
+            vec!["--lock", "local", "--nemesis", "clock-skew"],
+            "error: --nemesis clock-skew: not for the in-process lock",
+        ),
+        // A report directory that cannot be made is refused before any server starts.
+        (
+            vec!["--report", "/proc/no-such-dir/torture"],
+            "error: --report /proc/no-such-dir/torture: cannot write there",
         ),
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_fencecheck"))
@@ -203,7 +230,39 @@ fn bad_campaign_settings_are_one_line_errors() {
             .output()
             .unwrap();
         assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(out.stdout.is_empty(), "{args:?}: no server started");
         let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(err.trim(), format!("error: {says}"), "{args:?}");
+        assert!(err.starts_with(starts), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
     }
+}
+
+/// A lock service given by address that does not answer is reported before the first trial, in
+/// one line naming it, within seconds (exit 69: unavailable).
+#[test]
+fn an_unreachable_lock_service_is_reported_before_the_first_trial() {
+    if !servers_present(
+        "an_unreachable_lock_service_is_reported_before_the_first_trial",
+        &["postgresql"],
+    ) {
+        return;
+    }
+    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("redis://{}", free.local_addr().unwrap());
+    drop(free);
+    let began = std::time::Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_fencecheck"))
+        .args(["torture", "--lock", &url, "--trials", "1"])
+        .output()
+        .unwrap();
+    let took = began.elapsed();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(69), "{err}");
+    assert!(
+        err.starts_with(&format!("error: the lock service {url}: ")),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("trial"));
+    eprintln!("refused in {took:?}");
 }

@@ -1,0 +1,323 @@
+//! The fault campaign, in Jepsen's shape: a workload (a counter in PostgreSQL that workers add
+//! to under the lease, [`worker`]), a nemesis that strikes once per trial ([`Nemesis`]), and a
+//! history per trial (the workers' observations on one clock) that
+//! [`crate::check::campaign`] judges: increments lost, `storage_in_lease_order`, the trace
+//! replayed through the model, and the counter's register history linearizable.
+//!
+//! The caller (`fencecheck torture`) resolves where the lock and the database are, starts any
+//! throwaway servers, and lends them to the campaign through [`ServerControl`] so that the
+//! kill-server nemesis can restart them. The campaign prints nothing: it reports each trial to
+//! the caller as it ends.
+
+mod history;
+mod links;
+mod nemesis;
+mod trial;
+pub mod worker;
+
+pub use nemesis::{libfaketime, Nemesis, SKEW};
+
+use crate::backend::{monotonic_us, FencedStorage, LockSpec, PgFencedStore};
+use crate::check::campaign::{judge, Totals, TrialRecord, TrialVerdict};
+use crate::check::linearize::{Answer, Call, Operation};
+use crate::check::trace::Replay;
+use crate::protocol::FencePolicy;
+use std::ops::RangeInclusive;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Why a campaign could not run. Its verdicts are never errors: a broken rule is a verdict.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum CampaignError {
+    /// A setting out of range, or settings that cannot go together (one line naming the flag
+    /// and what was expected).
+    #[error("{0}")]
+    Settings(String),
+    /// A server, the database or a worker could not be used.
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+/// The lock servers the caller started, lent to the kill-server nemesis.
+pub trait ServerControl {
+    /// `kill -9` the lock server (a cluster's leader), start it again on its data and wait
+    /// until it serves; says which it was. `None` when no lock server can be restarted.
+    fn kill_and_restart(&mut self) -> Result<Option<String>, String>;
+}
+
+/// No lock server to restart (the lock service was given by address, or is in-process).
+pub struct NoServers;
+
+impl ServerControl for NoServers {
+    fn kill_and_restart(&mut self) -> Result<Option<String>, String> {
+        Ok(None)
+    }
+}
+
+/// How many trials of what.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Settings {
+    /// Trials to run, each with its own lock and counter (1 to 10,000).
+    pub trials: u32,
+    /// Workers per trial (2 to 16).
+    pub workers: u32,
+    /// Increments per worker per trial (1 to 100).
+    pub increments: u32,
+    /// The lease's time to live (50 ms to 10 s).
+    pub ttl: Duration,
+    /// The nemeses, taking turns; each once.
+    pub nemeses: Vec<Nemesis>,
+    /// Whether the workers write with their token (the control writes without).
+    pub fenced: bool,
+}
+
+/// Where the campaign runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Target {
+    /// The lock service; `None` for the in-process lock (workers are threads sharing it).
+    pub lock: Option<LockSpec>,
+    /// Whether the caller started the lock server and can restart it (kill-server).
+    pub restartable: bool,
+    /// The PostgreSQL the counter lives in.
+    pub pg_url: String,
+}
+
+fn check_range(flag: &str, value: u64, range: RangeInclusive<u64>) -> Result<(), CampaignError> {
+    if range.contains(&value) {
+        return Ok(());
+    }
+    Err(CampaignError::Settings(format!(
+        "{flag} {value}: expected {} to {}",
+        range.start(),
+        range.end()
+    )))
+}
+
+impl Settings {
+    /// Checks the settings on their own and against the lock service (`lock`: `None` for the
+    /// in-process lock; `restartable`: whether the campaign's caller starts the server). Every
+    /// error is one line naming the flag.
+    pub fn check(&self, lock: Option<&LockSpec>, restartable: bool) -> Result<(), CampaignError> {
+        check_range("--trials", self.trials.into(), 1..=10_000)?;
+        check_range("--workers", self.workers.into(), 2..=16)?;
+        check_range("--increments", self.increments.into(), 1..=100)?;
+        check_range("--ttl-ms", self.ttl.as_millis() as u64, 50..=10_000)?;
+        if self.nemeses.is_empty() {
+            return Err(CampaignError::Settings(format!(
+                "--nemesis: expected one or more of {}",
+                Nemesis::names()
+            )));
+        }
+        if lock.is_none() {
+            for n in [Nemesis::KillServer, Nemesis::ClockSkew] {
+                if self.nemeses.contains(&n) {
+                    return Err(CampaignError::Settings(format!(
+                        "--nemesis {}: not for the in-process lock (no server to kill; one clock \
+                         for every worker); expected pause or stall",
+                        n.name()
+                    )));
+                }
+            }
+        }
+        if matches!(lock, Some(LockSpec::Raft { .. })) {
+            return Err(CampaignError::Settings(
+                "--lock raft: the campaign does not drive a Raft cluster yet; expected local, \
+                 redis, etcd or zk"
+                    .into(),
+            ));
+        }
+        if lock.is_some() && !restartable && self.nemeses.contains(&Nemesis::KillServer) {
+            return Err(CampaignError::Settings(
+                "--nemesis kill-server kills only servers torture starts itself: give --lock a \
+                 kind alone (redis, etcd, zk) rather than an address, or leave out kill-server"
+                    .into(),
+            ));
+        }
+        nemesis::faketime_for(&self.nemeses).map(drop)
+    }
+
+    /// The table the counter lives in: fenced and unfenced campaigns keep theirs apart.
+    fn table(&self) -> &'static str {
+        if self.fenced {
+            "fencecheck_torture"
+        } else {
+            "fencecheck_torture_unfenced"
+        }
+    }
+
+    fn policy(&self) -> FencePolicy {
+        if self.fenced {
+            FencePolicy::Fenced
+        } else {
+            FencePolicy::AcceptAll
+        }
+    }
+}
+
+/// One trial as it ended: its number (from 0), its nemesis, what it recorded and its verdict.
+pub struct TrialDone<'a> {
+    /// The trial's number, from 0.
+    pub index: u32,
+    /// The nemesis that struck it.
+    pub nemesis: Nemesis,
+    /// What it recorded.
+    pub record: &'a TrialRecord,
+    /// Its verdict.
+    pub verdict: &'a TrialVerdict,
+}
+
+/// Every trial's record and verdict, and the totals.
+pub struct Outcome {
+    /// Each trial's record, in order.
+    pub records: Vec<TrialRecord>,
+    /// Each trial's verdict, in order.
+    pub verdicts: Vec<TrialVerdict>,
+    /// The totals over every trial.
+    pub totals: Totals,
+}
+
+/// A campaign ready to run: its settings checked, the database's table created, the lock
+/// service reached once.
+pub struct Campaign {
+    settings: Settings,
+    target: Target,
+    store: PgFencedStore,
+    rt: tokio::runtime::Runtime,
+    faketime: Option<PathBuf>,
+    exe: PathBuf,
+}
+
+impl Campaign {
+    /// Checks the settings, creates the counter's table, and makes sure the lock service
+    /// answers (within a few seconds), so that nothing fails only once trials have begun.
+    /// `exe` is the program whose `torture-worker` command runs a worker.
+    pub fn prepare(
+        settings: Settings,
+        target: Target,
+        exe: PathBuf,
+    ) -> Result<Campaign, CampaignError> {
+        settings.check(target.lock.as_ref(), target.restartable)?;
+        let faketime = nemesis::faketime_for(&settings.nemeses)?;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| CampaignError::Unavailable(format!("a tokio runtime: {e}")))?;
+        let store = rt
+            .block_on(PgFencedStore::connect_with(
+                &target.pg_url,
+                settings.table(),
+                settings.policy(),
+                Duration::from_secs(10),
+            ))
+            .map_err(|e| CampaignError::Unavailable(format!("the database: {e}")))?;
+        if let Some(spec) = &target.lock {
+            let probe = crate::backend::connect(
+                spec,
+                "fencecheck-torture-probe",
+                settings.ttl,
+                Duration::from_secs(5),
+            );
+            let lock = rt
+                .block_on(probe)
+                .map_err(|e| CampaignError::Unavailable(format!("the lock service {spec}: {e}")))?;
+            let holder = rt.block_on(crate::backend::LockService::holder(&lock));
+            holder
+                .map_err(|e| CampaignError::Unavailable(format!("the lock service {spec}: {e}")))?;
+        }
+        Ok(Campaign {
+            settings,
+            target,
+            store,
+            rt,
+            faketime,
+            exe,
+        })
+    }
+
+    /// A one-line description: backend, fencing, sizes and nemeses.
+    pub fn title(&self) -> String {
+        let s = &self.settings;
+        let backend = match &self.target.lock {
+            None => "in-process".to_string(),
+            Some(LockSpec::Redis { .. }) => "redis".to_string(),
+            Some(LockSpec::Etcd { .. }) => "etcd".to_string(),
+            Some(LockSpec::Zookeeper { .. }) => "zk".to_string(),
+            Some(LockSpec::Raft { .. }) => "raft".to_string(),
+        };
+        let nemeses: Vec<&str> = s.nemeses.iter().map(|n| n.name()).collect();
+        format!(
+            "torture: {backend} lock, PostgreSQL counter {}, {} trials x {} workers x {} \
+             increments, nemesis {}",
+            if s.fenced {
+                "with fencing"
+            } else {
+                "WITHOUT fencing"
+            },
+            s.trials,
+            s.workers,
+            s.increments,
+            nemeses.join(",")
+        )
+    }
+
+    /// Runs every trial, telling `done` about each as it ends.
+    pub fn run(
+        &self,
+        servers: &mut dyn ServerControl,
+        done: &mut dyn FnMut(TrialDone),
+    ) -> Result<Outcome, CampaignError> {
+        let s = &self.settings;
+        let run_id = format!("{}-{}", std::process::id(), monotonic_us() / 1000);
+        let mut outcome = Outcome {
+            records: Vec::new(),
+            verdicts: Vec::new(),
+            totals: Totals::default(),
+        };
+        for i in 0..s.trials {
+            let (nemesis, strike_at) = nemesis::for_trial(&s.nemeses, i);
+            let setup = trial::Setup {
+                settings: s,
+                spec: self.target.lock.as_ref(),
+                pg_url: &self.target.pg_url,
+                table: s.table(),
+                name: format!("torture-{run_id}-{i}"),
+                nemesis,
+                strike_at,
+                faketime: self.faketime.as_deref(),
+                exe: &self.exe,
+            };
+            let (mut record, ttl) = trial::run(&setup, i, servers)?;
+            self.read_final(&setup.name, &mut record)?;
+            let verdict = judge(&record, &Replay::new(ttl, s.policy()));
+            outcome.totals.add(&verdict);
+            done(TrialDone {
+                index: i,
+                nemesis,
+                record: &record,
+                verdict: &verdict,
+            });
+            outcome.records.push(record);
+            outcome.verdicts.push(verdict);
+        }
+        Ok(outcome)
+    }
+
+    /// Reads the counter after every worker has exited: the record's final value, and the last
+    /// operation of its register history.
+    fn read_final(&self, name: &str, record: &mut TrialRecord) -> Result<(), CampaignError> {
+        let value = self
+            .rt
+            .block_on(self.store.read(name))
+            .map_err(|e| CampaignError::Unavailable(format!("the database: {e}")))?;
+        let value = value.map(|v| (v.token, worker::counter(&v.value)));
+        record.final_value = value.map_or(0, |(_, v)| v);
+        let at = record.trace.events().last().map_or(0, |e| e.at_us) + 1;
+        record.register.push(Operation {
+            key: 0,
+            call: Call::Read,
+            invoked: at,
+            completed: Some((at + 1, Answer::Read(value))),
+        });
+        Ok(())
+    }
+}

@@ -1,0 +1,356 @@
+//! One trial: start the workers, strike once with the trial's nemesis when a holder reaches the
+//! strike line, collect every line they print until they are done, and turn them into the
+//! trial's record.
+
+use super::history::{self, Line, Struck};
+use super::links::Links;
+use super::nemesis::{Nemesis, SKEW};
+use super::worker::{local_worker, Job, LocalPause};
+use super::{CampaignError, ServerControl, Settings};
+use crate::backend::{monotonic_us, LocalLock, LockSpec};
+use crate::check::campaign::TrialRecord;
+use fencecheck_testkit::signal;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::AtomicBool;
+use std::sync::{mpsc, Arc};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// How long a trial's workers may take before the trial is abandoned.
+const TRIAL_LIMIT_US: u64 = 180_000_000;
+
+/// What a trial runs against.
+pub(super) struct Setup<'a> {
+    pub(super) settings: &'a Settings,
+    /// The lock service; `None` for the in-process lock.
+    pub(super) spec: Option<&'a LockSpec>,
+    pub(super) pg_url: &'a str,
+    pub(super) table: &'a str,
+    /// The lock's name and the counter's key.
+    pub(super) name: String,
+    pub(super) nemesis: Nemesis,
+    /// The worker line the nemesis strikes at: `granted` (before the holder writes) or `read`
+    /// (inside its write).
+    pub(super) strike_at: &'static str,
+    /// libfaketime, for the clock-skew nemesis.
+    pub(super) faketime: Option<&'a Path>,
+    /// This program, whose `torture-worker` command is a worker.
+    pub(super) exe: &'a Path,
+}
+
+/// A trial's running workers: processes, or threads on the in-process lock.
+struct Workers {
+    children: Vec<Child>,
+    threads: Vec<JoinHandle<Result<(), CampaignError>>>,
+    /// The stall nemesis's proxies, one set per worker.
+    links: Vec<Links>,
+    /// Every worker's lines; `None` when one has finished.
+    rx: mpsc::Receiver<Option<Line>>,
+    /// The worker running with a skewed clock.
+    skewed: Option<usize>,
+}
+
+impl Workers {
+    fn kill_all(&mut self) {
+        for c in &mut self.children {
+            let _ = signal(c.id(), libc::SIGCONT);
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// A pause or stall in force: whom, since when, until when (µs, CLOCK_MONOTONIC).
+struct Holding {
+    worker: usize,
+    from: u64,
+    until: u64,
+}
+
+/// Runs trial `i`; returns what it recorded (the final value and read still to come) and the
+/// TTL the server granted.
+pub(super) fn run(
+    setup: &Setup,
+    i: u32,
+    servers: &mut dyn ServerControl,
+) -> Result<(TrialRecord, Duration), CampaignError> {
+    let trial_start = monotonic_us();
+    let overshoot = Duration::from_millis(20 + u64::from(i) * 37 % 180);
+    let mut workers = start(setup, i, overshoot)?;
+    let watched = watch(setup, i, &mut workers, overshoot, servers);
+    let (lines, mut faults, ttl) = match watched {
+        Ok(w) => w,
+        Err(e) => {
+            workers.kill_all();
+            return Err(e);
+        }
+    };
+    finish(&mut workers, i)?;
+    if let Some(w) = workers.skewed {
+        faults.push(Struck {
+            who: format!("w{}", w + 1),
+            what: format!("clock at a quarter speed (libfaketime {SKEW:?})"),
+            from: trial_start,
+            to: monotonic_us(),
+        });
+    }
+    let workers = setup.settings.workers as usize;
+    Ok((history::record(lines, faults, workers), ttl))
+}
+
+/// Starts the trial's workers.
+fn start(setup: &Setup, i: u32, overshoot: Duration) -> Result<Workers, CampaignError> {
+    let s = setup.settings;
+    let (tx, rx) = mpsc::channel::<Option<Line>>();
+    let mut workers = Workers {
+        children: Vec::new(),
+        threads: Vec::new(),
+        links: Vec::new(),
+        rx,
+        skewed: (setup.nemesis == Nemesis::ClockSkew).then_some(i as usize % s.workers as usize),
+    };
+    // The in-process lock, shared by this trial's worker threads; the first of them to reach
+    // the strike line pauses itself (its thread stops).
+    let local = match setup.spec {
+        None => Some(Arc::new(
+            LocalLock::new(s.ttl).map_err(|e| CampaignError::Settings(e.to_string()))?,
+        )),
+        Some(_) => None,
+    };
+    let struck_local = Arc::new(AtomicBool::new(false));
+    for w in 0..s.workers as usize {
+        let (spec, pg_url) = if setup.nemesis == Nemesis::Stall {
+            workers.links.push(Links::new(setup.spec, setup.pg_url)?);
+            (
+                workers.links[w].spec.clone(),
+                workers.links[w].pg_url.clone(),
+            )
+        } else {
+            (setup.spec.cloned(), setup.pg_url.to_string())
+        };
+        let job = Job {
+            pg_url,
+            table: setup.table.to_string(),
+            name: setup.name.clone(),
+            owner: format!("w{}", w + 1),
+            ttl_ms: s.ttl.as_millis() as u64,
+            increments: s.increments,
+            think_ms: (s.ttl.as_millis() as u64 / 5).max(5),
+            no_fence: !s.fenced,
+        };
+        let tx = tx.clone();
+        let Some(spec) = spec else {
+            let lock = Arc::clone(local.as_ref().expect("in-process"));
+            let pause = (setup.nemesis == Nemesis::Pause).then(|| LocalPause {
+                at: setup.strike_at,
+                struck: Arc::clone(&struck_local),
+                overshoot,
+            });
+            let thread = std::thread::spawn(move || local_worker(job, lock, w, pause, tx));
+            workers.threads.push(thread);
+            continue;
+        };
+        let mut cmd = Command::new(setup.exe);
+        cmd.arg("torture-worker")
+            .args(["--lock".to_string(), spec.to_string()])
+            .args(job.flags())
+            .stdout(Stdio::piped());
+        if workers.skewed == Some(w) {
+            let lib = setup.faketime.expect("checked before the campaign");
+            cmd.env("LD_PRELOAD", lib).env("FAKETIME", SKEW);
+        }
+        let mut child = match cmd.spawn() {
+            Ok(child) => child,
+            Err(e) => {
+                workers.kill_all();
+                return Err(CampaignError::Unavailable(format!(
+                    "cannot start a worker ({}): {e}",
+                    setup.exe.display()
+                )));
+            }
+        };
+        forward(child.stdout.take().expect("piped"), w, tx);
+        workers.children.push(child);
+    }
+    Ok(workers)
+}
+
+/// Forwards worker `w`'s stdout, line by line (`MICROSECONDS TEXT`), then says it finished.
+fn forward(out: std::process::ChildStdout, w: usize, tx: mpsc::Sender<Option<Line>>) {
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            let Some((at, text)) = line.split_once(' ') else {
+                continue;
+            };
+            let Ok(at) = at.parse() else { continue };
+            let line = Line {
+                worker: w,
+                at,
+                text: text.to_string(),
+            };
+            if tx.send(Some(line)).is_err() {
+                return;
+            }
+        }
+        let _ = tx.send(None);
+    });
+}
+
+/// Collects the workers' lines until every worker is done, striking once at the first
+/// `strike_at` line: a pause or a stall lasts the granted TTL plus `overshoot`. Returns the
+/// lines, the faults and the TTL the service granted.
+fn watch(
+    setup: &Setup,
+    i: u32,
+    workers: &mut Workers,
+    overshoot: Duration,
+    servers: &mut dyn ServerControl,
+) -> Result<(Vec<Line>, Vec<Struck>, Duration), CampaignError> {
+    let nemesis = setup.nemesis;
+    let local = setup.spec.is_none();
+    let fault_name = match (nemesis, local) {
+        (Nemesis::Stall, true) => "stalled (cut off from the database)",
+        (Nemesis::Stall, false) => "stalled (cut off from lock service and database)",
+        _ => "paused (SIGSTOP)",
+    };
+    let mut faults = Vec::new();
+    let mut holding: Option<Holding> = None;
+    // Clock skew strikes at the start; an in-process pause, in the worker itself.
+    let mut struck = nemesis == Nemesis::ClockSkew || (local && nemesis == Nemesis::Pause);
+    let mut lines: Vec<Line> = Vec::new();
+    let mut ttl = setup.settings.ttl;
+    let mut open = setup.settings.workers as usize;
+    let give_up = monotonic_us() + TRIAL_LIMIT_US;
+    while open > 0 {
+        let now = monotonic_us();
+        if now > give_up {
+            return Err(CampaignError::Unavailable(format!(
+                "trial {}: the workers did not finish within {} s",
+                i + 1,
+                TRIAL_LIMIT_US / 1_000_000
+            )));
+        }
+        if holding.as_ref().is_some_and(|h| now >= h.until) {
+            let h = holding.take().expect("just seen");
+            faults.push(end_fault(&h, nemesis, workers, fault_name, now));
+        }
+        let wait = match &holding {
+            Some(h) => Duration::from_micros(h.until.saturating_sub(now)),
+            None => Duration::from_millis(200),
+        };
+        let line = match workers.rx.recv_timeout(wait) {
+            Ok(Some(line)) => line,
+            Ok(None) => {
+                open -= 1;
+                continue;
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => continue,
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        };
+        if let Some(to) = line.text.strip_prefix("nemesis-paused ") {
+            faults.push(Struck {
+                who: format!("w{}", line.worker + 1),
+                what: "paused (its thread stopped)".into(),
+                from: line.at,
+                to: to.parse().unwrap_or(line.at),
+            });
+            continue;
+        }
+        if let Some(rest) = line.text.strip_prefix("granted ") {
+            if let Some(us) = rest.split(' ').nth(1).and_then(|t| t.parse().ok()) {
+                ttl = Duration::from_micros(us);
+            }
+        }
+        if !struck && line.text.split(' ').next() == Some(setup.strike_at) {
+            struck = true;
+            let until = ttl + overshoot;
+            holding = strike(nemesis, line.worker, until, workers, servers, &mut faults)?;
+        }
+        lines.push(line);
+    }
+    if let Some(h) = &holding {
+        faults.push(end_fault(h, nemesis, workers, fault_name, monotonic_us()));
+    }
+    Ok((lines, faults, ttl))
+}
+
+/// The nemesis strikes worker `w` for `lasting` (a pause or a stall) or the lock server.
+fn strike(
+    nemesis: Nemesis,
+    w: usize,
+    lasting: Duration,
+    workers: &Workers,
+    servers: &mut dyn ServerControl,
+    faults: &mut Vec<Struck>,
+) -> Result<Option<Holding>, CampaignError> {
+    let from = monotonic_us();
+    let holding = Holding {
+        worker: w,
+        from,
+        until: from + lasting.as_micros() as u64,
+    };
+    match nemesis {
+        Nemesis::Pause => {
+            let stopped = signal(workers.children[w].id(), libc::SIGSTOP).is_ok();
+            Ok(stopped.then_some(holding))
+        }
+        Nemesis::Stall => {
+            workers.links[w].freeze();
+            Ok(Some(holding))
+        }
+        Nemesis::KillServer => {
+            let which = servers
+                .kill_and_restart()
+                .map_err(CampaignError::Unavailable)?;
+            if let Some(which) = which {
+                faults.push(Struck {
+                    who: "server".into(),
+                    what: format!("{which} killed (kill -9) and restarted"),
+                    from,
+                    to: monotonic_us(),
+                });
+            }
+            Ok(None)
+        }
+        Nemesis::ClockSkew => Ok(None),
+    }
+}
+
+/// Ends a pause or a stall; the fault as it was.
+fn end_fault(h: &Holding, nemesis: Nemesis, workers: &Workers, what: &str, now: u64) -> Struck {
+    if nemesis == Nemesis::Stall {
+        workers.links[h.worker].thaw();
+    } else if let Some(c) = workers.children.get(h.worker) {
+        let _ = signal(c.id(), libc::SIGCONT);
+    }
+    Struck {
+        who: format!("w{}", h.worker + 1),
+        what: what.into(),
+        from: h.from,
+        to: now,
+    }
+}
+
+/// Waits for every worker; the first one that failed is the trial's error.
+fn finish(workers: &mut Workers, i: u32) -> Result<(), CampaignError> {
+    let failed = |w: usize, e: String| {
+        CampaignError::Unavailable(format!("trial {}: worker w{}: {e}", i + 1, w + 1))
+    };
+    for (w, t) in std::mem::take(&mut workers.threads).into_iter().enumerate() {
+        t.join()
+            .map_err(|_| failed(w, "panicked".into()))?
+            .map_err(|e| failed(w, e.to_string()))?;
+    }
+    for w in 0..workers.children.len() {
+        let status = workers.children[w]
+            .wait()
+            .map_err(|e| failed(w, e.to_string()))?;
+        if !status.success() {
+            workers.kill_all();
+            return Err(failed(w, format!("failed ({status}); its error is above")));
+        }
+    }
+    Ok(())
+}
