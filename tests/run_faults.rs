@@ -206,10 +206,15 @@ fn a_lost_token_counter_is_refused_across_runs() {
         assert_eq!(out.status.code(), Some(0), "{out:?}");
     }
     assert_eq!(std::fs::read_to_string(&marker).unwrap(), "1\n2\n3\n");
-    // The three runs' trace (acquire, grant, release each) is one the model explains.
+    // The three runs' trace (acquire, grant, work started and stopped, release each) is one the
+    // model explains, each command stopped before the next run was granted the lock.
     let (code, out) = validate(&[&trace], &[]);
     assert_eq!(code, Some(0), "{out}");
-    assert!(out.contains("12 events from 3 clients"), "{out}");
+    assert!(
+        out.contains("18 events from 3 clients")
+            && out.contains("3 works stopped before any later grant"),
+        "{out}"
+    );
     redis.restart().unwrap();
     // The same server under another name: the floor is the server's, not the spelling's.
     let alias = format!("redis://localhost:{}/0", redis.port());
@@ -249,12 +254,15 @@ fn a_lost_token_counter_is_refused_across_runs() {
 
 /// A supervisor stopped (SIGSTOP) past its lease while a second `run` waits for the lock: the
 /// second is granted once the lease has run out on the server, the first wakes to a refused
-/// renewal, stops its command (exit 76) and is told its release freed nothing. The two runs'
-/// `--trace` files, merged, are a behaviour the model allows. The control replays the same
-/// files as a lock granting 10 s leases: the second grant then came while the first lease was
-/// live, which the model rejects.
+/// renewal, stops its command (exit 76) and is told its release freed nothing. Its command ran
+/// on while the supervisor was stopped: the two runs' `--trace` files, merged, record the
+/// first command's work going on after the second run's grant, and `validate` rejects them for
+/// `work_stopped_before_successor`, naming both runs and the milliseconds. The lock service's
+/// answers are a behaviour the model allows (`--work-may-overlap` explains the same files); the
+/// control replays them as a lock granting 10 s leases: the second grant then came while the
+/// first lease was live, which the model rejects.
 #[test]
-fn a_paused_supervisor_and_its_successor_leave_traces_the_model_explains() {
+fn a_paused_supervisors_command_outliving_its_lease_is_caught_in_the_traces() {
     let Some(redis) = started_or_skip("run faults: traced pause", RedisServer::start(false)) else {
         return;
     };
@@ -280,13 +288,25 @@ fn a_paused_supervisor_and_its_successor_leave_traces_the_model_explains() {
         a_trace.contains("lease-lost 1") && a_trace.contains("released 1 false"),
         "{a_trace}"
     );
+    assert!(
+        a_trace.contains("work-started 1") && a_trace.contains("work-stopped 1"),
+        "{a_trace}"
+    );
     let (code, out) = validate(&[&first, &second], &[]);
+    assert_eq!(code, Some(1), "{out}\n{a_trace}");
+    assert!(
+        out.contains("NOT explained: work_stopped_before_successor is violated: ")
+            && out.contains("worked under lease 1 until ")
+            && out.contains(" was granted lease 2 at "),
+        "{out}"
+    );
+    eprintln!("traced pause: {}", out.trim());
+    let (code, out) = validate(&[&first, &second], &["--work-may-overlap"]);
     assert_eq!(code, Some(0), "{out}\n{a_trace}");
     assert!(
         out.contains("from 2 clients in 2 files: explained"),
         "{out}"
     );
-    eprintln!("traced pause: {}", out.trim());
     let (code, out) = validate(&[&first, &second], &["--ttl", "10s"]);
     assert_eq!(code, Some(1), "{out}");
     assert!(out.contains("cannot be explained"), "{out}");

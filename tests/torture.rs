@@ -104,6 +104,59 @@ fn campaign_keeps_every_increment(backend: &str, flags: &[&str], trials: u64) {
     );
     let html = std::fs::read_to_string(dir.join("torture.html")).unwrap();
     assert!(html.starts_with("<!DOCTYPE html>") && html.contains("<svg"));
+    assert!(md.contains(&format!("**PASS: all {trials} trials kept every rule**")));
+    assert!(html.contains("<p class=\"banner ok\">PASS"));
+    stored_trials_recheck(&dir, trials);
+}
+
+/// Runs `fencecheck validate ARGS`; its exit code and stdout.
+fn validate(args: &[&str]) -> (i32, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_fencecheck"))
+        .arg("validate")
+        .args(args)
+        .output()
+        .expect("run fencecheck validate");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    (out.status.code().unwrap_or(-1), stdout)
+}
+
+/// Every trial stored under the report directory: its verdict names the command that re-checks
+/// its trace, and that command explains it as the campaign did. The control: the first trial's
+/// trace doctored (its second grant given the first grant's token) is rejected.
+fn stored_trials_recheck(dir: &std::path::Path, trials: u64) {
+    for i in 1..=trials {
+        let at = dir.join(format!("trials/{i:03}"));
+        let verdict = std::fs::read_to_string(at.join("verdict.txt")).unwrap();
+        assert!(
+            verdict.starts_with(&format!("trial {i}: kept every rule")),
+            "{verdict}"
+        );
+        let command = verdict
+            .lines()
+            .find_map(|l| l.strip_prefix("re-check the trace: fencecheck validate "))
+            .unwrap_or_else(|| panic!("no re-check command in {verdict}"));
+        let mut args: Vec<&str> = command.split(' ').collect();
+        assert_eq!(args.pop(), Some("trace"));
+        let trace = at.join("trace").display().to_string();
+        args.push(&trace);
+        let (code, out) = validate(&args);
+        assert_eq!(code, 0, "trial {i}: {out}");
+        assert!(out.contains("explained by the model"), "{out}");
+    }
+    let original = std::fs::read_to_string(dir.join("trials/001/trace")).unwrap();
+    let grants: Vec<&str> = original
+        .lines()
+        .filter(|l| l.contains("\tgranted "))
+        .collect();
+    assert!(grants.len() >= 2, "{original}");
+    let first_token = grants[0].rsplit('\t').next().unwrap();
+    let second = grants[1].rsplit_once('\t').unwrap().0;
+    let doctored = original.replacen(grants[1], &format!("{second}\t{first_token}"), 1);
+    let path = dir.join("doctored.trace");
+    std::fs::write(&path, doctored).unwrap();
+    let (code, out) = validate(&["--work-may-overlap", path.to_str().unwrap()]);
+    assert_eq!(code, 1, "the doctored trace must be rejected: {out}");
+    assert!(out.contains("cannot be explained"), "{out}");
 }
 
 #[test]
@@ -166,7 +219,10 @@ fn a_fenced_campaign_on_the_in_process_lock_keeps_every_increment_and_the_contro
     }
     let flags = ["--ttl-ms", "200", "--nemesis", "pause,stall"];
     campaign_keeps_every_increment("local", &flags, 20);
+    let dir = fencecheck_testkit::fresh_dir(env!("CARGO_TARGET_TMPDIR"), "torture-control");
     let (code, out) = torture(&[
+        "--report",
+        dir.to_str().unwrap(),
         "--lock",
         "local",
         "--ttl-ms",
@@ -179,6 +235,16 @@ fn a_fenced_campaign_on_the_in_process_lock_keeps_every_increment_and_the_contro
     ]);
     assert_eq!(code, 1, "the unfenced control must fail");
     assert!(number(&out, "increments lost ") > 0, "{out}");
+    let md = std::fs::read_to_string(dir.join("torture.md")).unwrap();
+    assert!(
+        md.contains("trials broke a rule**") && md.contains("**FAIL: "),
+        "{md}"
+    );
+    let broke = (1..=6)
+        .map(|i| std::fs::read_to_string(dir.join(format!("trials/{i:03}/verdict.txt"))).unwrap())
+        .filter(|v| v.contains(": BROKE A RULE\n") && v.contains("--unfenced"))
+        .count();
+    assert!(broke > 0, "a stored verdict says which trial broke a rule");
 }
 
 #[test]

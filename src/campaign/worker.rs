@@ -217,6 +217,7 @@ async fn work<S: LockSource>(
         out(&format!("granted {t} {}", grant.ttl.as_micros()));
         // Getting ready to work (and a moment for the nemesis to strike the new holder).
         tokio::time::sleep(Duration::from_millis(job.think_ms)).await;
+        out(&format!("work-started {t}"));
         let outcome = if job.no_fence {
             increment_unfenced(job, &store, t, out).await?
         } else {
@@ -226,6 +227,7 @@ async fn work<S: LockSource>(
             WriteOutcome::Accepted => out(&format!("accepted {t}")),
             WriteOutcome::Stale(s) => out(&format!("rejected {t} {}", s.highest)),
         }
+        out(&format!("work-stopped {t}"));
         out(&format!("release-sent {t}"));
         // A lease that ran out while this worker was paused may be gone with its session: an
         // error here is a release that was never answered.

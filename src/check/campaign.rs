@@ -53,7 +53,8 @@ pub struct TrialVerdict {
     /// Accepted increments missing from the final value.
     pub lost: u64,
     /// The longest time two workers' work under their leases overlapped (µs), from their own
-    /// records: grant to the write's answer.
+    /// records: `work-started` to `work-stopped` (traces without them: grant to the write's
+    /// answer).
     pub overlap_us: u64,
     /// `storage_in_lease_order` over the trial's grants and accepted writes, each write placed
     /// where the storage could have applied it: inside its window from send to answer, as early
@@ -65,6 +66,8 @@ pub struct TrialVerdict {
     pub validation: Result<Validated, TraceError>,
     /// The register history checked for linearizability.
     pub linearizable: Result<Checked, LinearizeError<u64>>,
+    /// How the trace was replayed (the TTL, the storage's rule, whether work may overlap).
+    pub replay: Replay,
 }
 
 impl TrialVerdict {
@@ -108,9 +111,6 @@ pub fn judge(record: &TrialRecord, replay: &Replay) -> TrialVerdict {
     // Per worker: its latest grant's epoch and its write in flight.
     let mut epoch_of: Vec<(&str, usize)> = Vec::new();
     let mut sent_at: Vec<(&str, u64)> = Vec::new();
-    // Each worker's work: from its grant to its write's answer.
-    let mut open: Vec<(&str, u64)> = Vec::new();
-    let mut work: Vec<(&str, u64, u64)> = Vec::new();
     for e in record.trace.events() {
         let who = e.who.as_str();
         match e.what {
@@ -126,8 +126,6 @@ pub fn judge(record: &TrialRecord, replay: &Replay) -> TrialVerdict {
                 ));
                 epoch_of.retain(|(w, _)| *w != who);
                 epoch_of.push((who, grants));
-                open.retain(|(w, _)| *w != who);
-                open.push((who, e.at_us));
             }
             Observed::WriteSent { .. } => {
                 sent_at.retain(|(w, _)| *w != who);
@@ -149,10 +147,6 @@ pub fn judge(record: &TrialRecord, replay: &Replay) -> TrialVerdict {
                     rejected += 1;
                     timed.push((e.at_us, HistoryEvent::Rejected { who: who.into() }));
                 }
-                if let Some(k) = open.iter().position(|(w, _)| *w == who) {
-                    let (who, from) = open.remove(k);
-                    work.push((who, from, e.at_us));
-                }
             }
             _ => {}
         }
@@ -164,6 +158,7 @@ pub fn judge(record: &TrialRecord, replay: &Replay) -> TrialVerdict {
     for (_, event) in timed {
         history.push(event);
     }
+    let work = work_spans(&record.trace);
     let mut overlap_us = 0;
     for (i, (a, a0, a1)) in work.iter().enumerate() {
         for (b, b0, b1) in &work[i + 1..] {
@@ -181,7 +176,39 @@ pub fn judge(record: &TrialRecord, replay: &Replay) -> TrialVerdict {
         lease_order: storage_in_lease_order(&history),
         validation: validate(&record.trace, replay),
         linearizable: linearize::check(&record.register),
+        replay: *replay,
     }
+}
+
+/// Each worker's works (who, from, to; µs): from `work-started` to `work-stopped` when the trace
+/// records them, else from each grant to the write's answer.
+fn work_spans(trace: &Trace) -> Vec<(&str, u64, u64)> {
+    let recorded = trace
+        .events()
+        .iter()
+        .any(|e| matches!(e.what, Observed::WorkStarted { .. }));
+    let mut open: Vec<(&str, u64)> = Vec::new();
+    let mut work = Vec::new();
+    for e in trace.events() {
+        let who = e.who.as_str();
+        let (starts, stops) = match e.what {
+            Observed::WorkStarted { .. } => (recorded, false),
+            Observed::Granted { .. } => (!recorded, false),
+            Observed::WorkStopped { .. } => (false, recorded),
+            Observed::WriteAccepted { .. } | Observed::WriteRejected { .. } => (false, !recorded),
+            _ => (false, false),
+        };
+        if starts {
+            open.retain(|(w, _)| *w != who);
+            open.push((who, e.at_us));
+        } else if stops {
+            if let Some(k) = open.iter().position(|(w, _)| *w == who) {
+                let (who, from) = open.remove(k);
+                work.push((who, from, e.at_us));
+            }
+        }
+    }
+    work
 }
 
 /// Places each accepted write inside its window (sent to answered) at the earliest time that
@@ -262,7 +289,7 @@ impl fmt::Display for Totals {
         )?;
         writeln!(
             f,
-            "work overlap           {} ms at most (two holders' grant-to-answer, from their records)",
+            "work overlap           {} ms at most (two holders' work, from their own records)",
             self.max_overlap_us / 1000
         )?;
         write!(f, "trials violated        {}", self.violated)

@@ -56,7 +56,8 @@ pub(super) struct TortureArgs {
     #[arg(long)]
     no_fence: bool,
     /// Write torture.md, torture.html and worst-trial.svg (the timeline of the worst trial) to
-    /// DIR.
+    /// DIR, and each trial's history and verdict as it ends (DIR/trials/NNN/trace, a trace
+    /// file `fencecheck validate` re-checks, and DIR/trials/NNN/verdict.txt).
     #[arg(long, value_name = "DIR")]
     report: Option<PathBuf>,
 }
@@ -169,10 +170,22 @@ pub(super) fn run(args: TortureArgs) -> Result<ExitCode, UsageError> {
     let title = campaign.title();
     println!("{title}");
     let trials = args.trials;
-    let outcome = match campaign.run(&mut started, &mut |t| progress(&t, trials)) {
+    // Each trial's history and verdict are stored as it ends: a campaign stopped midway keeps
+    // the trials it finished.
+    let mut unstored: Option<UsageError> = None;
+    let mut done = |t: TrialDone| {
+        progress(&t, trials);
+        if let (Some(dir), None) = (&args.report, &unstored) {
+            unstored = store_trial(dir, &t).err();
+        }
+    };
+    let outcome = match campaign.run(&mut started, &mut done) {
         Ok(outcome) => outcome,
         Err(e) => return Ok(failed(e)),
     };
+    if let Some(e) = unstored {
+        return Err(e);
+    }
     println!("{}", outcome.totals);
     if let Some(dir) = &args.report {
         write_report(dir, &title, &outcome)?;
@@ -226,6 +239,19 @@ fn progress(t: &TrialDone, trials: u32) {
         v.rejected,
         v.lost,
     );
+}
+
+/// Trial `t`'s history (a trace file `fencecheck validate` reads) and verdict, under
+/// `dir/trials/NNN/`.
+fn store_trial(dir: &Path, t: &TrialDone) -> Result<(), UsageError> {
+    let i = t.index as usize;
+    let at = dir.join(fencecheck::report::trial_dir(i));
+    std::fs::create_dir_all(&at)
+        .map_err(|e| UsageError(format!("cannot create {}: {e}", at.display())))?;
+    let trace = fencecheck::report::trial_trace(t.record, t.verdict);
+    write_file(&at.join("trace"), &trace)?;
+    let verdict = fencecheck::report::trial_verdict(i, t.record, t.verdict);
+    write_file(&at.join("verdict.txt"), &verdict)
 }
 
 /// torture.md, torture.html and the worst trial's timeline.

@@ -3,7 +3,7 @@
 use super::{parse_duration, UsageError};
 use clap::Args;
 use fencecheck::check::trace::{validate, Replay, TraceError};
-use fencecheck::protocol::{FencePolicy, Trace, TraceEvent};
+use fencecheck::protocol::{FencePolicy, Trace, TraceEvent, TTL_NOTE};
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -31,6 +31,12 @@ pub(super) struct ValidateArgs {
     /// Give up (no verdict, exit 1) after this many search states.
     #[arg(long, value_name = "N", default_value_t = 1_000_000)]
     max_states: usize,
+    /// A holder may work on after a later lease was granted, because every write of its work
+    /// carries the token to fenced storage (as `torture`'s workers do). By default the
+    /// `work-started` / `work-stopped` records must show each work stopped before a later
+    /// lease was granted (`work_stopped_before_successor`).
+    #[arg(long)]
+    work_may_overlap: bool,
 }
 
 /// The trace files read: their events merged by time (stable: events at the same microsecond
@@ -80,7 +86,11 @@ fn read_traces(files: &[PathBuf]) -> Result<Traces, UsageError> {
         let mut last: Option<(u64, usize)> = None;
         for (n, line) in text.lines().enumerate() {
             let at = || format!("{}:{}", path.display(), n + 1);
-            if let Some(rest) = line.strip_prefix("# ttl-us ") {
+            let ttl_note = line
+                .strip_prefix("# ")
+                .and_then(|l| l.strip_prefix(TTL_NOTE))
+                .and_then(|l| l.strip_prefix(' '));
+            if let Some(rest) = ttl_note {
                 let word = rest.split_whitespace().next().unwrap_or("");
                 let us: u64 = word.parse().map_err(|_| {
                     UsageError(format!(
@@ -165,6 +175,9 @@ pub(super) fn run(args: ValidateArgs) -> Result<ExitCode, UsageError> {
         replay = replay.slack(slack);
     }
     replay.max_states = args.max_states;
+    if args.work_may_overlap {
+        replay = replay.work_may_overlap();
+    }
     let clients: BTreeSet<&str> = trace.events().iter().map(|e| e.who.as_str()).collect();
     let what = format!(
         "{} events from {} client{} in {} file{}",
@@ -176,9 +189,23 @@ pub(super) fn run(args: ValidateArgs) -> Result<ExitCode, UsageError> {
     );
     match validate(&trace, &replay) {
         Ok(v) => {
+            let mut works = String::new();
+            if args.work_may_overlap {
+                works.push_str("; work may overlap");
+            }
+            if v.works.stopped > 0 {
+                let n = v.works.stopped;
+                works.push_str(&format!("; {n} works stopped before any later grant"));
+            }
+            if v.works.unknown > 0 {
+                let n = v.works.unknown;
+                works.push_str(&format!(
+                    "; {n} never recorded as stopped (no verdict on them: did their recorder die?)"
+                ));
+            }
             println!(
                 "{what}: explained by the model ({} grants, {} search states; TTL {:?}, slack \
-                 {} µs, {} storage)",
+                 {} µs, {} storage{works})",
                 v.grants,
                 v.states,
                 ttl,

@@ -38,5 +38,5 @@ pub use lease::{Acquire, Lease, LeaseError, LeaseTable};
 pub use register::{Campaign, TermRegister};
 pub use session::{Refused, SessionLock};
 pub use token::{NegativeToken, Token, TokenExhausted, TokenIssuer};
-pub use trace::{Observed, Trace, TraceEvent};
+pub use trace::{Observed, Trace, TraceEvent, TTL_NOTE};
 pub use ttl::{Ttl, TtlError, MAX_TTL};

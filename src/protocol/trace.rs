@@ -69,6 +69,18 @@ pub enum Observed {
         /// Whether the lease was still its own and is now free.
         ok: bool,
     },
+    /// The guarded work began under this lease (a supervised command started, a worker entered
+    /// its critical section). The client's own record: no server step.
+    WorkStarted {
+        /// The lease's token.
+        token: Token,
+    },
+    /// The guarded work is over (the command's whole process group reaped, the critical
+    /// section left). The client's own record: no server step.
+    WorkStopped {
+        /// The lease's token.
+        token: Token,
+    },
 }
 
 impl Observed {
@@ -109,6 +121,10 @@ impl fmt::Display for Observed {
             Observed::Released { token, ok: false } => {
                 write!(f, "is told lease {token} was no longer its own")
             }
+            Observed::WorkStarted { token } => write!(f, "starts its work under lease {token}"),
+            Observed::WorkStopped { token } => {
+                write!(f, "has stopped its work under lease {token}")
+            }
         }
     }
 }
@@ -137,6 +153,8 @@ impl Observed {
             Observed::WriteRejected { token, highest } => format!("rejected {token} {highest}"),
             Observed::ReleaseSent { token } => format!("release-sent {token}"),
             Observed::Released { token, ok } => format!("released {token} {ok}"),
+            Observed::WorkStarted { token } => format!("work-started {token}"),
+            Observed::WorkStopped { token } => format!("work-stopped {token}"),
         }
     }
 
@@ -178,6 +196,12 @@ impl Observed {
             "release-sent" => Observed::ReleaseSent {
                 token: token("a token")?,
             },
+            "work-started" => Observed::WorkStarted {
+                token: token("a token")?,
+            },
+            "work-stopped" => Observed::WorkStopped {
+                token: token("a token")?,
+            },
             "renewed" | "released" => {
                 let t = token("a token")?;
                 let ok = match words.next() {
@@ -199,13 +223,17 @@ impl Observed {
                 return Err(format!(
                     "unknown observation {other:?} (expected acquire-sent, granted, busy, \
                      renew-sent, renewed, lease-lost, write-sent, accepted, rejected, \
-                     release-sent or released)"
+                     release-sent, released, work-started or work-stopped)"
                 ))
             }
         };
         Ok(seen)
     }
 }
+
+/// The comment that names, in a trace file, the TTL the lock service granted (`# ttl-us N`):
+/// `fencecheck validate` replays with it.
+pub const TTL_NOTE: &str = "ttl-us";
 
 /// One observation: when (microseconds on the trace's clock), who, what.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -382,6 +410,8 @@ mod tests {
                 token: t,
                 ok: false,
             },
+            Observed::WorkStarted { token: t },
+            Observed::WorkStopped { token: t },
         ];
         for seen in all {
             assert_eq!(Observed::from_words(&seen.words()), Ok(seen));

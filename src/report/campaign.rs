@@ -4,6 +4,7 @@
 
 use super::escape;
 use super::html::STYLE;
+use super::trial::trial_dir;
 use crate::check::campaign::{Totals, TrialRecord, TrialVerdict};
 use crate::protocol::Observed;
 
@@ -77,13 +78,22 @@ pub fn campaign_markdown(
     verdicts: &[TrialVerdict],
     shown: Option<(usize, &str)>,
 ) -> String {
-    let mut md = format!("# {title}\n\n```\n{totals}\n```\n\n");
+    let mut md = format!(
+        "# {title}\n\n**{}**\n\n```\n{totals}\n```\n\n",
+        banner(totals)
+    );
     md.push_str(&format!("| {} |\n", HEADINGS.join(" | ")));
     md.push_str("|---:|---|---:|---:|---:|---:|---:|---|---|---|\n");
     for (i, (r, v)) in records.iter().zip(verdicts).enumerate() {
-        let cells = row(i, r, v).map(|c| c.replace('|', "\\|"));
+        let mut cells = row(i, r, v).map(|c| c.replace('|', "\\|"));
+        cells[0] = format!("[{}]({}/verdict.txt)", i + 1, trial_dir(i));
         md.push_str(&format!("| {} |\n", cells.join(" | ")));
     }
+    md.push_str(&format!(
+        "\nEach trial's history (`{}/trace`, the trace format `fencecheck validate` reads) and \
+         verdict are stored beside this report.\n",
+        trial_dir(0).replace("001", "NNN")
+    ));
     if let Some((i, svg)) = shown {
         md.push_str(&format!(
             "\n## Trial {}\n\n![timeline of trial {}]({svg})\n",
@@ -93,6 +103,18 @@ pub fn campaign_markdown(
         md.push_str(&explain(&verdicts[i]));
     }
     md
+}
+
+/// The campaign's verdict in one line: PASS or FAIL and how many trials broke a rule.
+fn banner(totals: &Totals) -> String {
+    if totals.violated == 0 {
+        format!("PASS: all {} trials kept every rule", totals.trials)
+    } else {
+        format!(
+            "FAIL: {} of {} trials broke a rule",
+            totals.violated, totals.trials
+        )
+    }
 }
 
 /// Why trial `v` failed, as preformatted text (empty when nothing failed to check).
@@ -117,7 +139,10 @@ pub fn campaign_html(
 ) -> String {
     let mut html = format!(
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{t}</title>\
-         <style>{STYLE}</style></head><body>\n<h1>{t}</h1>\n<pre>{}</pre>\n<table>\n<tr>",
+         <style>{STYLE}</style></head><body>\n<h1>{t}</h1>\n<p class=\"banner {}\">{}</p>\n\
+         <pre>{}</pre>\n<table>\n<tr>",
+        if totals.violated == 0 { "ok" } else { "bad" },
+        escape(&banner(totals)),
         escape(&totals.to_string()),
         t = escape(title),
     );
@@ -128,8 +153,16 @@ pub fn campaign_html(
     for (i, (r, v)) in records.iter().zip(verdicts).enumerate() {
         let class = if v.violated() { "bad" } else { "ok" };
         html.push_str(&format!("<tr class=\"{class}\">"));
-        for cell in row(i, r, v) {
-            html.push_str(&format!("<td>{}</td>", escape(&cell)));
+        let stored = format!("{}/verdict.txt", trial_dir(i));
+        for (k, cell) in row(i, r, v).iter().enumerate() {
+            if k == 0 {
+                html.push_str(&format!(
+                    "<td><a href=\"{stored}\">{}</a></td>",
+                    escape(cell)
+                ));
+            } else {
+                html.push_str(&format!("<td>{}</td>", escape(cell)));
+            }
         }
         html.push_str("</tr>\n");
     }
@@ -295,12 +328,14 @@ mod tests {
             Some((0, "worst.svg")),
         );
         assert!(
-            md.starts_with("# t\n\n```\ntrials                 1\n"),
+            md.starts_with(
+                "# t\n\n**PASS: all 1 trials kept every rule**\n\n```\ntrials                 1\n"
+            ),
             "{md}"
         );
         assert!(
             md.contains(
-                "| 1 | w<1> paused 86 ms | 2 | 1 | 1 | 0 | 2 | held | explained (8 events) \
+                "| [1](trials/001/verdict.txt) | w<1> paused 86 ms | 2 | 1 | 1 | 0 | 2 | held | explained (8 events) \
                  | linearizable (0 operations) |"
             ),
             "{md}"
@@ -326,7 +361,11 @@ mod tests {
         let html = campaign_html("a <t>", &totals, &records, &[v], Some(0));
         assert!(html.starts_with("<!DOCTYPE html>"));
         assert!(html.contains("<h1>a &lt;t&gt;</h1>"), "titles are escaped");
-        assert!(html.contains("<tr class=\"ok\"><td>1</td><td>w&lt;1&gt; paused 86 ms</td>"));
+        assert!(html.contains(
+            "<tr class=\"ok\"><td><a href=\"trials/001/verdict.txt\">1</a></td>\
+             <td>w&lt;1&gt; paused 86 ms</td>"
+        ));
+        assert!(html.contains("<p class=\"banner ok\">PASS: all 1 trials kept every rule</p>"));
         assert!(html.contains("<figcaption>Trial 1</figcaption>\n<svg"));
         assert!(html.trim_end().ends_with("</body></html>"));
     }

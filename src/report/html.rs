@@ -11,7 +11,7 @@ table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:
 th{background:#f3f3f3}.ok{color:#1e7e34}.bad{color:#c0392b;font-weight:bold}\
 .violated{color:#c0392b}.holds{color:#1e7e34}.incomplete{color:#b9770e}\
 figure{margin:1em 0;overflow-x:auto}figcaption{font-weight:bold;margin-bottom:.5em}\
-.meta{color:#666;font-size:90%}";
+.meta{color:#666;font-size:90%}.banner{font-size:130%;font-weight:bold;padding:.4em .6em;border:2px solid}";
 
 /// The label of the benchmark chart's SVG: `report` looks for it before replacing a page.
 pub const BENCH_CHART_MARK: &str = "benchmark ratios";

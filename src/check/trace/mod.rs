@@ -19,8 +19,10 @@ use std::fmt;
 use std::time::Duration;
 
 mod search;
+mod work;
 
 use search::{Search, World};
+pub use work::{work_stopped_before_successor, WorkOverlap, Works};
 
 /// How to replay a trace: the lease's TTL as the server grants it, how far the service's clock
 /// may be from the trace's, and what the storage does with a stale token.
@@ -35,6 +37,10 @@ pub struct Replay {
     pub policy: FencePolicy,
     /// Give up (with an error) after this many search states.
     pub max_states: usize,
+    /// Whether a holder may work on after a later lease was granted: for clients whose work's
+    /// every write carries the token to fenced storage (the campaign's workers), which the replay
+    /// checks. Otherwise the trace must show `work_stopped_before_successor`.
+    pub work_may_overlap: bool,
 }
 
 impl Replay {
@@ -47,6 +53,16 @@ impl Replay {
             slack_us: 2_000 + ttl_us / 100,
             policy,
             max_states: 1_000_000,
+            work_may_overlap: false,
+        }
+    }
+
+    /// The same replay letting a holder's work overlap its successor's
+    /// ([`Replay::work_may_overlap`]).
+    pub fn work_may_overlap(self) -> Self {
+        Replay {
+            work_may_overlap: true,
+            ..self
         }
     }
 
@@ -66,6 +82,9 @@ pub struct Validated {
     pub grants: usize,
     /// Search states visited.
     pub states: usize,
+    /// Works recorded (`work-started`): stopped before any later grant, or never recorded as
+    /// stopped. None counted when the replay lets work overlap.
+    pub works: Works,
 }
 
 /// Why a trace was not validated.
@@ -98,6 +117,9 @@ pub enum TraceError {
         /// States visited.
         states: usize,
     },
+    /// Every event is explained, but a holder worked on after a later lease was granted.
+    #[error("{0}")]
+    WorkOverlap(Box<WorkOverlap>),
     /// The replay's TTL is zero.
     #[error("replay ttl must be at least 1 µs")]
     ZeroTtl,
@@ -153,11 +175,19 @@ pub fn validate(trace: &Trace, replay: &Replay) -> Result<Validated, TraceError>
         pending: Vec::new(),
     };
     match search.explore(0, start) {
-        Some(true) => Ok(Validated {
-            events: events.len(),
-            grants: search.grants,
-            states: search.seen.len(),
-        }),
+        Some(true) => {
+            let works = if replay.work_may_overlap {
+                Works::default()
+            } else {
+                work_stopped_before_successor(trace).map_err(TraceError::WorkOverlap)?
+            };
+            Ok(Validated {
+                events: events.len(),
+                grants: search.grants,
+                states: search.seen.len(),
+                works,
+            })
+        }
         None => Err(TraceError::TooLarge {
             states: search.seen.len(),
         }),
@@ -185,7 +215,22 @@ impl fmt::Display for Validated {
             f,
             "{} events ({} grants) explained by the model ({} search states)",
             self.events, self.grants, self.states
-        )
+        )?;
+        if self.works.stopped > 0 {
+            write!(
+                f,
+                "; {} works stopped before any later grant",
+                self.works.stopped
+            )?;
+        }
+        if self.works.unknown > 0 {
+            write!(
+                f,
+                "; {} never recorded as stopped (no verdict on them)",
+                self.works.unknown
+            )?;
+        }
+        Ok(())
     }
 }
 

@@ -212,7 +212,10 @@ impl Search<'_> {
             return Ok(vec![next]);
         }
         let (asked, expect) = match e.what {
-            Observed::LeaseLost { .. } => return Ok(vec![next]),
+            // The client's own records: no step of the service or the storage.
+            Observed::LeaseLost { .. }
+            | Observed::WorkStarted { .. }
+            | Observed::WorkStopped { .. } => return Ok(vec![next]),
             Observed::Granted { token } => {
                 if let Some(&(last, _)) = w.tokens.last() {
                     if token <= last {

@@ -8,7 +8,7 @@ use fencecheck::backend::{
     connect, hold_on, BackendError, ErrorKind, Grant, HeldLease, KeepaliveOptions, LockService,
     LockSpec, Recorder, Stop,
 };
-use fencecheck::protocol::{safe_deadline, Observed, Phase, Schedule, ScheduleError};
+use fencecheck::protocol::{safe_deadline, Observed, Phase, Schedule, ScheduleError, TTL_NOTE};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -218,7 +218,7 @@ pub(super) fn run(args: RunArgs) -> Result<ExitCode, UsageError> {
                 if let Some(r) = &recorder {
                     // The TTL the server grants, for `fencecheck validate` to replay with.
                     r.note(&format!(
-                        "ttl-us {} (lock {:?} on {}, owner {owner})",
+                        "{TTL_NOTE} {} (lock {:?} on {}, owner {owner})",
                         ttl.granted().as_micros(),
                         args.name,
                         args.lock.backend_name()
@@ -284,11 +284,13 @@ async fn run_holding<L: LockService + 'static>(
         }
     };
     let group = child.id().map(|pid| pid as libc::pid_t);
-    let concluded_lost = || {
+    let record = |what: Observed| {
         if let Some(r) = recorder {
-            r.record(&owner, Observed::LeaseLost { token });
+            r.record(&owner, what);
         }
     };
+    record(Observed::WorkStarted { token });
+    let concluded_lost = || record(Observed::LeaseLost { token });
     let status = supervise(&mut child, &mut held, group, &args.name, &concluded_lost).await;
     let status = status.map_err(|e| UsageError(format!("waiting for the command: {e}")))?;
     // What the command left running in its group ends before the lease is released: when it
@@ -305,6 +307,8 @@ async fn run_holding<L: LockService + 'static>(
         force_at
     };
     end_group(group, by).await;
+    // The command's whole process group is gone.
+    record(Observed::WorkStopped { token });
     drop(watchdog);
     Ok(release_after(held, working, status).await)
 }
