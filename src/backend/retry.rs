@@ -52,6 +52,11 @@ impl Backoff {
         }
     }
 
+    /// The longest pause it makes.
+    pub const fn max(&self) -> Duration {
+        self.max
+    }
+
     /// The next pause, cut short at `deadline` (when there is one), and advances the policy.
     /// `None` when the deadline has passed at `now`: give up instead of trying again.
     pub fn next_pause(&mut self, now: Instant, deadline: Option<Instant>) -> Option<Duration> {

@@ -119,17 +119,11 @@ impl Settings {
                 }
             }
         }
-        if matches!(lock, Some(LockSpec::Raft { .. })) {
-            return Err(CampaignError::Settings(
-                "--lock raft: the campaign does not drive a Raft cluster yet; expected local, \
-                 redis, etcd or zk"
-                    .into(),
-            ));
-        }
         if lock.is_some() && !restartable && self.nemeses.contains(&Nemesis::KillServer) {
             return Err(CampaignError::Settings(
                 "--nemesis kill-server kills only servers torture starts itself: give --lock a \
-                 kind alone (redis, etcd, zk) rather than an address, or leave out kill-server"
+                 kind alone (redis, etcd, zk, raft) rather than an address, or leave out \
+                 kill-server"
                     .into(),
             ));
         }
@@ -143,6 +137,19 @@ impl Settings {
         } else {
             "fencecheck_torture_unfenced"
         }
+    }
+
+    /// A worker's pause after a grant and between its read and its write: a fifth of the TTL,
+    /// at least 5 ms.
+    fn think(&self) -> Duration {
+        (self.ttl / 5).max(Duration::from_millis(5))
+    }
+
+    /// How long a pause or a stall lasts: past the lease's end on the server (the granted TTL),
+    /// past the time a waiter takes to notice (the longest busy poll) and to begin its write
+    /// (one think), so that the successor writes first, plus `overshoot`.
+    fn strike_length(&self, granted: Duration, overshoot: Duration) -> Duration {
+        granted + crate::backend::retry::POLL_BUSY.max() + self.think() + overshoot
     }
 
     fn policy(&self) -> FencePolicy {
@@ -292,7 +299,7 @@ impl Campaign {
             // the replay checks that its late writes were refused.
             let replay = Replay::new(ttl, s.policy()).work_may_overlap();
             let verdict = judge(&record, &replay);
-            outcome.totals.add(&verdict);
+            outcome.totals.add_struck_by(nemesis.name(), &verdict);
             done(TrialDone {
                 index: i,
                 nemesis,

@@ -8,10 +8,11 @@ use std::str::FromStr;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Nemesis {
     /// SIGSTOP a worker holding the lease (just granted, or between its read and its write)
-    /// for the lease's TTL plus 20-200 ms, then SIGCONT.
+    /// past its lease and past the moment its successor writes (the granted TTL, the longest
+    /// busy poll, one think time, plus 20-200 ms), then SIGCONT.
     Pause,
-    /// Cut a worker holding the lease off from the lock service and the database for the TTL
-    /// plus 20-200 ms: each worker talks to both through TCP proxies of its own, and the
+    /// Cut a worker holding the lease off from the lock service and the database for as long
+    /// as a pause lasts: each worker talks to both through TCP proxies of its own, and the
     /// holder's stop forwarding (connections stay open; bytes wait).
     Stall,
     /// kill -9 the lock server (a cluster's leader) while a worker holds the lease, and start

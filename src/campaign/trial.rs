@@ -7,7 +7,7 @@ use super::links::Links;
 use super::nemesis::{Nemesis, SKEW};
 use super::worker::{local_worker, Job, LocalPause};
 use super::{CampaignError, ServerControl, Settings};
-use crate::backend::{monotonic_us, LocalLock, LockSpec};
+use crate::backend::{monotonic_us, LocalLock, LockService, LockSpec};
 use crate::check::campaign::TrialRecord;
 use fencecheck_testkit::signal;
 use std::io::{BufRead, BufReader};
@@ -137,7 +137,7 @@ fn start(setup: &Setup, i: u32, overshoot: Duration) -> Result<Workers, Campaign
             owner: format!("w{}", w + 1),
             ttl_ms: s.ttl.as_millis() as u64,
             increments: s.increments,
-            think_ms: (s.ttl.as_millis() as u64 / 5).max(5),
+            think_ms: s.think().as_millis() as u64,
             no_fence: !s.fenced,
         };
         let tx = tx.clone();
@@ -146,7 +146,7 @@ fn start(setup: &Setup, i: u32, overshoot: Duration) -> Result<Workers, Campaign
             let pause = (setup.nemesis == Nemesis::Pause).then(|| LocalPause {
                 at: setup.strike_at,
                 struck: Arc::clone(&struck_local),
-                overshoot,
+                lasting: s.strike_length(lock.ttl().granted(), overshoot),
             });
             let thread = std::thread::spawn(move || local_worker(job, lock, w, pause, tx));
             workers.threads.push(thread);
@@ -265,8 +265,8 @@ fn watch(
         }
         if !struck && line.text.split(' ').next() == Some(setup.strike_at) {
             struck = true;
-            let until = ttl + overshoot;
-            holding = strike(nemesis, line.worker, until, workers, servers, &mut faults)?;
+            let lasting = setup.settings.strike_length(ttl, overshoot);
+            holding = strike(nemesis, line.worker, lasting, workers, servers, &mut faults)?;
         }
         lines.push(line);
     }

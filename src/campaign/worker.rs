@@ -82,11 +82,11 @@ pub fn run_worker(spec: LockSpec, job: &Job) -> Result<(), CampaignError> {
 }
 
 /// An in-process pause: the first worker to print a line starting with `at` stops (its thread
-/// sleeps) for the lease's TTL plus `overshoot`.
+/// sleeps) for `lasting`.
 pub(super) struct LocalPause {
     pub(super) at: &'static str,
     pub(super) struck: Arc<AtomicBool>,
-    pub(super) overshoot: Duration,
+    pub(super) lasting: Duration,
 }
 
 /// One worker of an in-process trial, on a thread of its own: its lines go to `tx`.
@@ -97,7 +97,6 @@ pub(super) fn local_worker(
     pause: Option<LocalPause>,
     tx: mpsc::Sender<Option<Line>>,
 ) -> Result<(), CampaignError> {
-    let ttl = lock.ttl().granted();
     let send = |text: String| {
         let _ = tx.send(Some(Line {
             worker: w,
@@ -116,7 +115,7 @@ pub(super) fn local_worker(
             // The whole worker stops, its database connection's task included (they share
             // this thread), as a stopped process would.
             let from = monotonic_us();
-            std::thread::sleep(ttl + p.overshoot);
+            std::thread::sleep(p.lasting);
             let _ = tx.send(Some(Line {
                 worker: w,
                 at: from,

@@ -7,7 +7,7 @@
 //! linearizability ([`linearize::check`]).
 
 use super::linearize::{self, Checked, LinearizeError, Operation};
-use super::trace::{validate, Replay, TraceError, Validated};
+use super::trace::{validate, work_stopped_before_successor, Replay, TraceError, Validated};
 use crate::protocol::{
     storage_in_lease_order, History, HistoryError, HistoryEvent, Observed, Trace,
 };
@@ -68,6 +68,10 @@ pub struct TrialVerdict {
     pub linearizable: Result<Checked, LinearizeError<u64>>,
     /// How the trace was replayed (the TTL, the storage's rule, whether work may overlap).
     pub replay: Replay,
+    /// Whether the fault bit: a write was refused as stale, or a holder worked on after a later
+    /// lease was granted (`work_stopped_before_successor` broken, from the workers' records). A
+    /// trial the fault did not strike shows nothing about the fencing, whatever its verdict.
+    pub struck: bool,
 }
 
 impl TrialVerdict {
@@ -177,6 +181,7 @@ pub fn judge(record: &TrialRecord, replay: &Replay) -> TrialVerdict {
         validation: validate(&record.trace, replay),
         linearizable: linearize::check(&record.register),
         replay: *replay,
+        struck: rejected > 0 || work_stopped_before_successor(&record.trace).is_err(),
     }
 }
 
@@ -249,6 +254,9 @@ pub struct Totals {
     pub max_overlap_us: u64,
     /// Trials that broke anything.
     pub violated: usize,
+    /// Per nemesis, in the order first seen: its name, the trials it struck
+    /// ([`TrialVerdict::struck`]) and the trials it was given.
+    pub strikes: Vec<(String, usize, usize)>,
 }
 
 impl Totals {
@@ -264,6 +272,20 @@ impl Totals {
         self.linearizable += usize::from(v.linearizable.is_ok());
         self.max_overlap_us = self.max_overlap_us.max(v.overlap_us);
         self.violated += usize::from(v.violated());
+    }
+
+    /// Adds one trial's verdict, the trial having been given `nemesis`.
+    pub fn add_struck_by(&mut self, nemesis: &str, v: &TrialVerdict) {
+        self.add(v);
+        let k = match self.strikes.iter().position(|(n, _, _)| n == nemesis) {
+            Some(k) => k,
+            None => {
+                self.strikes.push((nemesis.to_string(), 0, 0));
+                self.strikes.len() - 1
+            }
+        };
+        self.strikes[k].1 += usize::from(v.struck);
+        self.strikes[k].2 += 1;
     }
 }
 
@@ -292,6 +314,13 @@ impl fmt::Display for Totals {
             "work overlap           {} ms at most (two holders' work, from their own records)",
             self.max_overlap_us / 1000
         )?;
+        for (nemesis, struck, given) in &self.strikes {
+            writeln!(
+                f,
+                "nemesis {nemesis:<14} struck {struck} of {given} trials (a write refused, or \
+                 work going on after a later grant)"
+            )?;
+        }
         write!(f, "trials violated        {}", self.violated)
     }
 }
@@ -421,6 +450,60 @@ mod tests {
         by_answer.accepted("w2");
         by_answer.accepted("w1");
         assert!(storage_in_lease_order(&by_answer).is_err());
+    }
+
+    /// `record` with each worker's work recorded: from 1 µs after each grant to its write's
+    /// answer.
+    fn with_work(record: &TrialRecord) -> TrialRecord {
+        let mut events: Vec<(u64, String, Observed)> = Vec::new();
+        let mut held: Vec<(String, crate::protocol::Token)> = Vec::new();
+        for e in record.trace.events() {
+            events.push((e.at_us, e.who.clone(), e.what));
+            match e.what {
+                Observed::Granted { token } => {
+                    events.push((e.at_us + 1, e.who.clone(), Observed::WorkStarted { token }));
+                    held.push((e.who.clone(), token));
+                }
+                Observed::WriteAccepted { token } | Observed::WriteRejected { token, .. } => {
+                    events.push((e.at_us, e.who.clone(), Observed::WorkStopped { token }));
+                }
+                _ => {}
+            }
+        }
+        events.sort_by_key(|(at, _, _)| *at);
+        let mut trace = Trace::new();
+        for (at, who, what) in events {
+            trace.record(at, &who, what);
+        }
+        TrialRecord {
+            trace,
+            ..record.clone()
+        }
+    }
+
+    #[test]
+    fn a_trial_is_struck_by_a_refused_write_or_by_work_after_a_later_grant() {
+        let replay = Replay::new(Duration::from_millis(50), FencePolicy::AcceptAll);
+        let refused = judge(&story(false), &replay);
+        assert!(refused.struck, "a write refused as stale");
+        // The late write stored, and no work records: nothing shows the fault bit.
+        let blind = judge(&story(true), &replay);
+        assert!(!blind.struck);
+        // The same trial with its work recorded: w1 worked on after w2's grant.
+        let seen = judge(&with_work(&story(true)), &replay.work_may_overlap());
+        assert!(seen.struck, "{:?}", seen.validation);
+        let mut totals = Totals::default();
+        totals.add_struck_by("pause", &blind);
+        totals.add_struck_by("pause", &seen);
+        totals.add_struck_by("stall", &refused);
+        assert_eq!(
+            totals.strikes,
+            [("pause".to_string(), 1, 2), ("stall".to_string(), 1, 1)]
+        );
+        assert_eq!(totals.trials, 3);
+        assert!(totals
+            .to_string()
+            .contains("\nnemesis pause          struck 1 of 2 trials (a write refused"));
     }
 
     #[test]

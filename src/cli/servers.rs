@@ -115,6 +115,11 @@ impl Started {
             c.restart(i).map_err(failed)?;
             return Ok(Some(format!("ZooKeeper server {} of {}", i + 1, c.size())));
         }
+        if let Some(c) = &mut self.raft {
+            let i = c.leader().unwrap_or(0);
+            c.restart(i).map_err(failed)?;
+            return Ok(Some(format!("raft node {} of {}", i + 1, c.size())));
+        }
         Ok(None)
     }
 }

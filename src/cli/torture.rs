@@ -18,10 +18,11 @@ use std::time::Duration;
 
 #[derive(Debug, Args)]
 pub(super) struct TortureArgs {
-    /// Where the lock lives: a kind alone (redis, etcd, zk: throwaway servers; local: the
-    /// in-process lock, whose workers are threads of `torture` sharing it, a paused worker's
-    /// thread stopping whole and a stalled one's database link freezing) or a lock service's
-    /// address (redis://HOST:PORT, etcd://HOST:PORT,..., zk://HOST:PORT,...).
+    /// Where the lock lives: a kind alone (redis, etcd, zk, raft: throwaway servers, raft a
+    /// 3-node cluster of this program's `raft-node`; local: the in-process lock, whose workers
+    /// are threads of `torture` sharing it, a paused worker's thread stopping whole and a
+    /// stalled one's database link freezing) or a lock service's address (redis://HOST:PORT,
+    /// etcd://HOST:PORT,..., zk://HOST:PORT,..., raft://HOST:PORT,...).
     #[arg(long, value_name = "SPEC", default_value = "redis")]
     lock: LockArg,
     /// The PostgreSQL the workers write the counter to (default: a throwaway cluster).
@@ -41,9 +42,10 @@ pub(super) struct TortureArgs {
     #[arg(long, value_name = "MS", default_value_t = 300)]
     ttl_ms: u64,
     /// Faults to inject, comma-separated; trial i gets the (i mod n)-th. pause: SIGSTOP a
-    /// holder past its lease; stall: freeze a holder's links to the lock service and the
-    /// database; kill-server: kill -9 the lock server (a cluster's leader) and restart it;
-    /// clock-skew: one worker's clocks at a quarter speed (libfaketime).
+    /// holder past its lease and its successor's write; stall: freeze a holder's links to the
+    /// lock service and the database as long; kill-server: kill -9 the lock server (a
+    /// cluster's leader) and restart it; clock-skew: one worker's clocks at a quarter speed
+    /// (libfaketime). The totals say how often each struck.
     #[arg(
         long,
         value_name = "NEMESIS,...",
@@ -148,7 +150,10 @@ pub(super) fn run(args: TortureArgs) -> Result<ExitCode, UsageError> {
             Kind::Zookeeper => Some(LockSpec::Zookeeper {
                 connect: started.zk_with(if kills { 3 } else { 1 })?,
             }),
-            Kind::Local | Kind::Raft => None,
+            Kind::Raft => Some(LockSpec::Raft {
+                nodes: started.raft()?,
+            }),
+            Kind::Local => None,
         },
     };
     let pg_url = match &args.pg_url {
