@@ -14,6 +14,9 @@ use std::process::Command;
 /// Every nemesis.
 const ALL: &str = "pause,stall,kill-server,clock-skew";
 
+/// Debian's Python, where python3-redis and python3-psycopg2 install.
+const PYTHON: &str = "/usr/bin/python3";
+
 /// Whether what torture needs here is installed (server binaries on PATH, `postgresql`,
 /// `libfaketime`); says so loudly when not (and fails under FENCECHECK_REQUIRE_SERVERS=1).
 fn servers_present(test: &str, needs: &[&str]) -> bool {
@@ -23,6 +26,11 @@ fn servers_present(test: &str, needs: &[&str]) -> bool {
         "libfaketime" => ["/usr/lib/x86_64-linux-gnu/faketime", "/usr/lib/faketime"]
             .iter()
             .any(|d| std::path::Path::new(d).exists()),
+        // Debian's python3-redis and python3-psycopg2, for the example worker.
+        "python3-redis" => Command::new(PYTHON)
+            .args(["-c", "import redis, psycopg2"])
+            .output()
+            .is_ok_and(|o| o.status.success()),
         binary => find_on_path(binary).is_some(),
     };
     let missing: Vec<&str> = needs.iter().copied().filter(|w| !installed(w)).collect();
@@ -307,6 +315,51 @@ fn a_fenced_campaign_on_the_in_process_lock_keeps_every_increment_and_the_contro
     );
 }
 
+/// A user's own client under the campaign (`--worker-cmd`): the example worker on redis-py's
+/// `Lock`, writing without a token, loses increments and its trace is not explained (a write
+/// the fenced storage would have refused, accepted); the same worker carrying a fencing token
+/// to PostgreSQL keeps every increment, and pause and stall struck it.
+#[test]
+fn a_python_worker_on_redis_py_lock_is_caught_unfenced_and_passes_fenced() {
+    if !servers_present(
+        "torture (python worker)",
+        &["redis-server", "postgresql", "python3-redis"],
+    ) {
+        return;
+    }
+    let worker = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/workers/redis_py_lock.py"
+    );
+    let run = |extra: &str| {
+        let cmd = format!("{PYTHON} {worker}{extra}");
+        torture(&[
+            "--lock",
+            "redis",
+            "--ttl-ms",
+            "300",
+            "--increments",
+            "2",
+            "--trials",
+            "6",
+            "--nemesis",
+            "pause,stall",
+            "--worker-cmd",
+            &cmd,
+        ])
+    };
+    let (code, out) = run("");
+    assert_eq!(code, 1, "the unfenced redis-py worker must be caught");
+    assert!(number(&out, "trials violated ") >= 5, "{out}");
+    assert!(number(&out, "increments lost ") > 0, "{out}");
+    assert!(!out.contains("6 of 6 traces explained"), "{out}");
+    let (code, out) = run(" --fence");
+    assert_eq!(code, 0, "the fenced redis-py worker keeps every rule");
+    assert_eq!(number(&out, "increments lost "), 0);
+    assert!(number(&out, "writes rejected ") > 0, "{out}");
+    nemeses_bit(&out, &["pause,stall"]);
+}
+
 #[test]
 fn bad_campaign_settings_are_one_line_errors() {
     for (args, starts) in [
@@ -339,6 +392,10 @@ fn bad_campaign_settings_are_one_line_errors() {
         (
             vec!["--lock", "local", "--nemesis", "clock-skew"],
             "error: --nemesis clock-skew: not for the in-process lock",
+        ),
+        (
+            vec!["--lock", "local", "--worker-cmd", "./my-worker"],
+            "error: --worker-cmd: an external worker needs a lock service it can reach",
         ),
         // A report directory that cannot be made is refused before any server starts.
         (

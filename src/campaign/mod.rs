@@ -67,8 +67,13 @@ pub struct Settings {
     pub ttl: Duration,
     /// The nemeses, taking turns; each once.
     pub nemeses: Vec<Nemesis>,
-    /// Whether the workers write with their token (the control writes without).
+    /// Whether the workers write with their token (the control writes without). An external
+    /// worker is told by `FENCECHECK_FENCE`; its trace is judged by this rule.
     pub fenced: bool,
+    /// A user's own worker, any language: run as `sh -c 'exec CMD'` with its job in
+    /// `FENCECHECK_*` variables, printing trace lines on stdout ([`worker::Job::env`]). `None`:
+    /// fencecheck's own worker.
+    pub worker_cmd: Option<String>,
 }
 
 /// Where the campaign runs.
@@ -107,6 +112,20 @@ impl Settings {
                 "--nemesis: expected one or more of {}",
                 Nemesis::names()
             )));
+        }
+        if let Some(cmd) = &self.worker_cmd {
+            if cmd.trim().is_empty() {
+                return Err(CampaignError::Settings(
+                    "--worker-cmd: expected a command to run as each worker".into(),
+                ));
+            }
+            if lock.is_none() {
+                return Err(CampaignError::Settings(
+                    "--worker-cmd: an external worker needs a lock service it can reach; expected \
+                     --lock redis, etcd, zk or raft (or an address)"
+                        .into(),
+                ));
+            }
         }
         if lock.is_none() {
             for n in [Nemesis::KillServer, Nemesis::ClockSkew] {
@@ -252,8 +271,12 @@ impl Campaign {
             Some(LockSpec::Raft { .. }) => "raft".to_string(),
         };
         let nemeses: Vec<&str> = s.nemeses.iter().map(|n| n.name()).collect();
+        let worker = match &s.worker_cmd {
+            Some(cmd) => format!(", workers `{cmd}`"),
+            None => String::new(),
+        };
         format!(
-            "torture: {backend} lock, PostgreSQL counter {}, {} trials x {} workers x {} \
+            "torture: {backend} lock{worker}, PostgreSQL counter {}, {} trials x {} workers x {} \
              increments, nemesis {}",
             if s.fenced {
                 "with fencing"

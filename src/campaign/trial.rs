@@ -152,11 +152,22 @@ fn start(setup: &Setup, i: u32, overshoot: Duration) -> Result<Workers, Campaign
             workers.threads.push(thread);
             continue;
         };
-        let mut cmd = Command::new(setup.exe);
-        cmd.arg("torture-worker")
-            .args(["--lock".to_string(), spec.to_string()])
-            .args(job.flags())
-            .stdout(Stdio::piped());
+        let mut cmd = match &s.worker_cmd {
+            // The command replaces the shell, so that pause and kill reach it.
+            Some(user) => {
+                let mut c = Command::new("sh");
+                c.arg("-c").arg(format!("exec {user}")).envs(job.env(&spec));
+                c
+            }
+            None => {
+                let mut c = Command::new(setup.exe);
+                c.arg("torture-worker")
+                    .args(["--lock".to_string(), spec.to_string()])
+                    .args(job.flags());
+                c
+            }
+        };
+        cmd.stdout(Stdio::piped());
         if workers.skewed == Some(w) {
             let lib = setup.faketime.expect("checked before the campaign");
             cmd.env("LD_PRELOAD", lib).env("FAKETIME", SKEW);
@@ -165,9 +176,12 @@ fn start(setup: &Setup, i: u32, overshoot: Duration) -> Result<Workers, Campaign
             Ok(child) => child,
             Err(e) => {
                 workers.kill_all();
+                let what = match &s.worker_cmd {
+                    Some(user) => format!("sh -c 'exec {user}'"),
+                    None => setup.exe.display().to_string(),
+                };
                 return Err(CampaignError::Unavailable(format!(
-                    "cannot start a worker ({}): {e}",
-                    setup.exe.display()
+                    "cannot start a worker ({what}): {e}"
                 )));
             }
         };

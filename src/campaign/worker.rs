@@ -66,6 +66,26 @@ impl Job {
     }
 }
 
+impl Job {
+    /// The job as an external worker's environment (`--worker-cmd`): the lock service as one
+    /// string (`redis://HOST:PORT`, `etcd://...`, `zk://...`, `raft://...`), the PostgreSQL
+    /// connection string, the counter's table and key, the owner name to print, the TTL, the
+    /// increments, the think time, and whether to write with the token.
+    pub fn env(&self, lock: &LockSpec) -> Vec<(&'static str, String)> {
+        vec![
+            ("FENCECHECK_LOCK", lock.to_string()),
+            ("FENCECHECK_PG", self.pg_url.clone()),
+            ("FENCECHECK_TABLE", self.table.clone()),
+            ("FENCECHECK_NAME", self.name.clone()),
+            ("FENCECHECK_OWNER", self.owner.clone()),
+            ("FENCECHECK_TTL_MS", self.ttl_ms.to_string()),
+            ("FENCECHECK_INCREMENTS", self.increments.to_string()),
+            ("FENCECHECK_THINK_MS", self.think_ms.to_string()),
+            ("FENCECHECK_FENCE", u8::from(!self.no_fence).to_string()),
+        ]
+    }
+}
+
 /// One worker process: does `job` on the lock service at `spec`, printing each observation on
 /// stdout stamped with the machine's monotonic clock.
 pub fn run_worker(spec: LockSpec, job: &Job) -> Result<(), CampaignError> {

@@ -57,6 +57,11 @@ pub(super) struct TortureArgs {
     /// get lost.
     #[arg(long)]
     no_fence: bool,
+    /// Put your own lock client under the campaign: each worker runs `sh -c 'exec CMD'` with
+    /// its job in FENCECHECK_* variables and prints what it observes as trace lines on stdout
+    /// (docs/campaign.md, "Your own client"). Default: fencecheck's own worker.
+    #[arg(long, value_name = "CMD")]
+    worker_cmd: Option<String>,
     /// Write torture.md, torture.html and worst-trial.svg (the timeline of the worst trial) to
     /// DIR, and each trial's history and verdict as it ends (DIR/trials/NNN/trace, a trace
     /// file `fencecheck validate` re-checks, and DIR/trials/NNN/verdict.txt).
@@ -123,6 +128,7 @@ pub(super) fn run(args: TortureArgs) -> Result<ExitCode, UsageError> {
         ttl: Duration::from_millis(args.ttl_ms),
         nemeses,
         fenced: !args.no_fence,
+        worker_cmd: args.worker_cmd.clone(),
     };
     let kind = args.lock.kind();
     let given = args.lock.given().cloned();
