@@ -201,7 +201,8 @@ pub fn trial_svg(record: &TrialRecord) -> String {
         .max(1);
     let (left, width, lane) = (90.0, 900.0, 34.0);
     let x = |us: u64| left + width * us as f64 / end as f64;
-    let height = 40.0 + lane * workers.len() as f64;
+    let lanes_end = 20.0 + lane * workers.len() as f64;
+    let height = lanes_end + 44.0;
     let mut svg = format!(
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{height}\" \
          font-family=\"monospace\" font-size=\"12\">\n",
@@ -267,15 +268,57 @@ pub fn trial_svg(record: &TrialRecord) -> String {
             _ => {}
         }
     }
-    svg.push_str(&format!(
-        "<text x=\"{left}\" y=\"{:.1}\">0 ms</text><text x=\"{:.1}\" y=\"{:.1}\" \
-         text-anchor=\"end\">{} ms</text>\n</svg>\n",
-        height - 4.0,
-        left + width,
-        height - 4.0,
-        end / 1000
-    ));
+    svg.push_str(&time_axis(end, left, width, lanes_end));
+    svg.push_str(&legend(left, height - 6.0));
+    svg.push_str("</svg>\n");
     svg
+}
+
+/// Ticks every 1, 2 or 5 × 10^k ms (about eight across), from 0 to `end` µs, under the lanes.
+fn time_axis(end: u64, left: f64, width: f64, top: f64) -> String {
+    let end_ms = (end / 1000).max(1);
+    let step = [1u64, 2, 5]
+        .iter()
+        .flat_map(|m| (0..9).map(move |k| m * 10u64.pow(k)))
+        .filter(|s| end_ms / s <= 8)
+        .min()
+        .unwrap_or(end_ms);
+    let mut out = format!(
+        "<line x1=\"{left}\" y1=\"{top:.1}\" x2=\"{:.1}\" y2=\"{top:.1}\" stroke=\"#999\"/>\n",
+        left + width
+    );
+    for ms in (0..=end_ms).step_by(step as usize) {
+        let at = left + width * (ms * 1000) as f64 / end as f64;
+        out.push_str(&format!(
+            "<line x1=\"{at:.1}\" y1=\"{top:.1}\" x2=\"{at:.1}\" y2=\"{:.1}\" stroke=\"#999\"/>\
+             <text x=\"{at:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{ms} ms</text>\n",
+            top + 5.0,
+            top + 17.0
+        ));
+    }
+    out
+}
+
+/// What the colours mean.
+fn legend(left: f64, baseline: f64) -> String {
+    let mut out = String::new();
+    for (k, (colour, what)) in [
+        ("#4a4", "work under a lease, its write accepted"),
+        ("#e80", "its write rejected (stale token)"),
+        ("#ccc", "fault (pause, stall, kill, skew)"),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let at = left + 300.0 * k as f64;
+        out.push_str(&format!(
+            "<rect x=\"{at:.1}\" y=\"{:.1}\" width=\"12\" height=\"12\" fill=\"{colour}\"/>\
+             <text x=\"{:.1}\" y=\"{baseline:.1}\">{what}</text>\n",
+            baseline - 10.0,
+            at + 16.0
+        ));
+    }
+    out
 }
 
 #[cfg(test)]
@@ -348,15 +391,26 @@ mod tests {
         assert!(svg.contains("w&lt;1&gt; paused 86 ms"));
         assert_eq!(
             svg.matches("fill=\"#4a4\"").count(),
-            1,
-            "one accepted write"
+            2,
+            "one accepted write, and the legend's"
         );
         assert_eq!(
             svg.matches("fill=\"#e80\"").count(),
-            1,
-            "one rejected write"
+            2,
+            "one rejected write, and the legend's"
         );
-        assert!(svg.trim_end().ends_with("90 ms</text>\n</svg>"));
+        assert!(
+            svg.contains(">0 ms</text>")
+                && svg.contains(">20 ms</text>")
+                && svg.contains(">80 ms</text>"),
+            "ticks"
+        );
+        assert!(!svg.contains(">100 ms</text>"), "no tick past the end");
+        assert!(
+            svg.contains(">its write rejected (stale token)</text>"),
+            "a legend"
+        );
+        assert!(svg.trim_end().ends_with("</svg>"));
 
         let html = campaign_html("a <t>", &totals, &records, &[v], Some(0));
         assert!(html.starts_with("<!DOCTYPE html>"));
