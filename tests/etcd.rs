@@ -336,6 +336,8 @@ fn run_faults_on_etcd() {
     faults::stall_stops_the_work_before_the_server_expires_the_lease(
         &proxied, &proxy, &direct, "etcd",
     );
+    let mut etcd = etcd;
+    faults::waiters_ride_out_a_restart(&flags, &mut || etcd.restart(0).unwrap(), "etcd");
 }
 
 /// Random calls answered like the protocol core's `LeaseTable` (tokens compared by grant order);

@@ -334,6 +334,8 @@ fn run_faults_on_raft() {
     faults::stall_stops_the_work_before_the_server_expires_the_lease(
         &proxied, &proxy, &direct, "raft",
     );
+    let mut raft = raft;
+    faults::waiters_ride_out_a_restart(&flags, &mut || raft.restart(0).unwrap(), "raft");
 }
 
 /// A `raft-node` on `data` with the single member `1=127.0.0.1:port`.

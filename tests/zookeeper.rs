@@ -464,6 +464,8 @@ fn run_faults_on_zookeeper() {
         &direct,
         "zookeeper",
     );
+    let mut zk = zk;
+    faults::waiters_ride_out_a_restart(&flags, &mut || zk.restart(0).unwrap(), "zookeeper");
 }
 
 /// Random calls answered like the protocol core's `LeaseTable` (tokens compared by grant order);

@@ -344,3 +344,76 @@ impl StallTrial<'_> {
         (margin, stderr)
     }
 }
+
+/// The lock server restarted (`restart`) while three runs wait for a lock a fourth holds: the
+/// waiters ride the outage out instead of giving up: each takes the lock in turn before `--wait`
+/// runs out (exit 0) with a token of its own, and no two commands ran at once (from the
+/// commands' own records of when they started and ended).
+pub fn waiters_ride_out_a_restart(flags: &[String], restart: &mut dyn FnMut(), label: &str) {
+    let dir = TempDir::new("ride-out").unwrap();
+    let log = dir.path().join("work.log");
+    let name = format!("ride-out-{}", std::process::id());
+    let work = |secs: &str| {
+        format!(
+            "echo \"$FENCECHECK_TOKEN $(date +%s%N) start\" >> {log}; sleep {secs}; \
+             echo \"$FENCECHECK_TOKEN $(date +%s%N) end\" >> {log}",
+            log = log.display()
+        )
+    };
+    let holder = run_cmd(flags, &name, "3s", &[], &work("2"));
+    // The holder is granted before the waiters ask.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !log.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let waiters: Vec<Child> = (0..3)
+        .map(|_| run_cmd(flags, &name, "3s", &["--wait", "40s"], &work("0.2")))
+        .collect();
+    std::thread::sleep(Duration::from_millis(700));
+    restart();
+    let holder = holder.wait_with_output().unwrap();
+    eprintln!(
+        "{label}: holder exit {:?}: {}",
+        holder.status.code(),
+        String::from_utf8_lossy(&holder.stderr).trim()
+    );
+    for w in waiters {
+        let out = w.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{label}: a waiter gave up: {err}"
+        );
+    }
+    let text = std::fs::read_to_string(&log).unwrap();
+    let mut spans: Vec<(u64, u64, u64)> = Vec::new(); // token, start, end (ns)
+    for line in text.lines() {
+        let w: Vec<&str> = line.split(' ').collect();
+        let (token, at): (u64, u64) = (w[0].parse().unwrap(), w[1].parse().unwrap());
+        match w[2] {
+            "start" => spans.push((token, at, u64::MAX)),
+            _ => spans.iter_mut().rfind(|s| s.0 == token).unwrap().2 = at,
+        }
+    }
+    let mut tokens: Vec<u64> = spans.iter().map(|s| s.0).collect();
+    tokens.dedup();
+    assert!(
+        spans.len() >= 4 && tokens.len() == spans.len(),
+        "{label}: {text}"
+    );
+    for (i, a) in spans.iter().enumerate() {
+        for b in &spans[i + 1..] {
+            assert!(
+                a.2 <= b.1 || b.2 <= a.1,
+                "{label}: tokens {} and {} worked at once:\n{text}",
+                a.0,
+                b.0
+            );
+        }
+    }
+    eprintln!(
+        "{label}: {} runs took the lock in turn across the restart",
+        spans.len()
+    );
+}
