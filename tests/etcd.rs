@@ -368,3 +368,19 @@ fn etcd_lock_answers_like_the_protocol_core() {
         },
     );
 }
+
+/// `run --wait` through the kill of a 3-member cluster's leader: three waiters take the lock in
+/// turn after the holder, none gives up, no two commands overlap.
+#[test]
+fn run_waiters_ride_out_a_leader_kill_on_etcd() {
+    let Some(mut etcd) = started_or_skip("etcd leader kill while waiting", EtcdCluster::start(3))
+    else {
+        return;
+    };
+    let flags = etcd_flags(&etcd.endpoints().join(","));
+    let mut kill_leader = || {
+        let leader = etcd.leader().unwrap_or(0);
+        etcd.restart(leader).unwrap();
+    };
+    faults::waiters_ride_out_a_restart(&flags, &mut kill_leader, "etcd leader kill");
+}

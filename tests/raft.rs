@@ -448,3 +448,19 @@ fn a_node_owns_its_directory_and_refuses_a_log_that_repeats() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("ids 1 and 2 share"), "{err}");
 }
+
+/// `run --wait` through the kill of a 3-node Raft cluster's leader: three waiters take the lock
+/// in turn after the holder, none gives up, no two commands overlap.
+#[test]
+fn run_waiters_ride_out_a_leader_kill_on_raft() {
+    let cluster = RaftCluster::start(env!("CARGO_BIN_EXE_fencecheck"), 3);
+    let Some(mut raft) = started_or_skip("raft leader kill while waiting", cluster) else {
+        return;
+    };
+    let flags = raft_flags(&raft.nodes().join(","));
+    let mut kill_leader = || {
+        let leader = raft.leader().unwrap_or(0);
+        raft.restart(leader).unwrap();
+    };
+    faults::waiters_ride_out_a_restart(&flags, &mut kill_leader, "raft leader kill");
+}
