@@ -514,6 +514,49 @@ fn a_timed_out_acquire_does_not_leave_the_lock_held() {
     assert!(err.contains("the lock stays held for up to"), "{err}");
 }
 
+/// A jittery link: the acquire's reply held back 0 to 475 ms (25 ms apart, 20 runs) behind a
+/// 100 ms request timeout, so that some runs are granted in time and the rest time out after
+/// the server granted them. After every run, whatever it did, no lease is left on the server.
+/// (The control, replies held past the cleanup's budget, is in
+/// `a_timed_out_acquire_does_not_leave_the_lock_held`.)
+#[test]
+fn jittered_acquire_replies_leave_no_lock_held_in_20_runs() {
+    let Some(redis) = started_or_skip("run: jittery link", RedisServer::start(false)) else {
+        return;
+    };
+    let (proxy, via_proxy) = proxy_with_scripts_loaded(&redis);
+    let (mut ran, mut timed_out) = (0, 0);
+    for k in 0..20u64 {
+        let name = format!("jitter-{k}");
+        let out = with_acquire_reply_held(&proxy, Duration::from_millis(25 * k), || {
+            fencecheck(&[
+                "run",
+                "--lock",
+                &via_proxy,
+                "--name",
+                &name,
+                "--timeout",
+                "100ms",
+                "--",
+                "true",
+            ])
+        });
+        let err = text(&out.stderr);
+        match out.status.code() {
+            Some(0) => ran += 1,
+            Some(69) => timed_out += 1,
+            other => panic!("held back {} ms: exit {other:?}: {err}", 25 * k),
+        }
+        assert!(
+            !lock_exists(&redis, &name),
+            "held back {} ms: the lease was left behind: {err}",
+            25 * k
+        );
+    }
+    assert!(ran > 0 && timed_out > 0, "ran {ran}, timed out {timed_out}");
+    eprintln!("jittery link: {ran} runs granted in time, {timed_out} timed out, 0 leases left");
+}
+
 /// A grant whose reply comes too late — less than the grace left before its safe deadline —
 /// runs nothing: exit 76, the command not started, the lease handed back. The control: the same
 /// reply held back briefly starts the command.
