@@ -67,24 +67,25 @@ fn number(stdout: &str, label: &str) -> u64 {
     line[label.len()..].trim().parse().unwrap()
 }
 
-/// How many of its trials `nemesis` struck, and how many it was given, from the totals.
-fn strikes(stdout: &str, nemesis: &str) -> (u64, u64) {
+/// How many trials `nemesis` was given, struck, and saw break a rule, from the totals.
+fn strikes(stdout: &str, nemesis: &str) -> (u64, u64, u64) {
     let label = format!("nemesis {nemesis:<14} struck ");
     let line = stdout
         .lines()
         .find_map(|l| l.strip_prefix(&label))
         .unwrap_or_else(|| panic!("no strike rate for {nemesis} in:\n{stdout}"));
-    let words: Vec<&str> = line.split(' ').collect();
-    (words[0].parse().unwrap(), words[2].parse().unwrap())
+    let words: Vec<&str> = line.split([' ', ',']).collect();
+    let n = |k: usize| words[k].parse::<u64>().unwrap();
+    (n(2), n(0), n(9))
 }
 
-/// Pause and stall, where asked for, struck (a write refused, or work going on after a later
-/// grant) in at least 80 % of their trials: a green campaign whose faults never bit would say
-/// nothing.
+/// The nemeses with teeth, where asked for, struck (a write refused, or work going on after a
+/// later grant) in at least 80 % of their trials: a green campaign whose faults never bit would
+/// say nothing.
 fn nemeses_bit(stdout: &str, flags: &[&str]) {
-    for nemesis in ["pause", "stall"] {
+    for nemesis in ["pause", "stall", "kill-server"] {
         if flags.iter().any(|f| f.contains(nemesis)) {
-            let (struck, given) = strikes(stdout, nemesis);
+            let (given, struck, _) = strikes(stdout, nemesis);
             assert!(
                 struck * 5 >= given * 4,
                 "{nemesis} struck only {struck} of {given} trials:\n{stdout}"
@@ -93,9 +94,10 @@ fn nemeses_bit(stdout: &str, flags: &[&str]) {
     }
 }
 
-/// The control: the same backend, writing without the token, under pause and stall: at least
-/// 80 % of the trials break a rule and the campaign exits 1.
-fn unfenced_control_fails(backend: &str, ttl_ms: &str, trials: u64) {
+/// The control: the same backend, writing without the token, under `nemeses`: the campaign
+/// exits 1, increments are lost, every nemesis broke a rule in some of its trials, and at least
+/// 80 % of the pause and stall trials broke one.
+fn unfenced_control_fails(backend: &str, ttl_ms: &str, trials: u64, nemeses: &str) {
     let trials_text = trials.to_string();
     let (code, out) = torture(&[
         "--lock",
@@ -107,17 +109,30 @@ fn unfenced_control_fails(backend: &str, ttl_ms: &str, trials: u64) {
         "--trials",
         &trials_text,
         "--nemesis",
-        "pause,stall",
+        nemeses,
         "--no-fence",
     ]);
     assert_eq!(code, 1, "{backend}: the unfenced control must fail");
     assert!(number(&out, "increments lost ") > 0, "{out}");
-    let violated = number(&out, "trials violated ");
+    let (mut paused, mut broke) = (0, 0);
+    for nemesis in nemeses.split(',') {
+        let (given, _, violated) = strikes(&out, nemesis);
+        assert!(
+            violated > 0,
+            "{backend}: {nemesis} broke no rule in {given} unfenced trials:\n{out}"
+        );
+        if nemesis != "kill-server" {
+            (paused, broke) = (paused + given, broke + violated);
+        }
+    }
     assert!(
-        violated * 5 >= trials * 4,
-        "{backend}: only {violated} of {trials} unfenced trials broke a rule"
+        broke * 5 >= paused * 4,
+        "{backend}: only {broke} of {paused} unfenced pause and stall trials broke a rule"
     );
-    nemeses_bit(&out, &["pause,stall"]);
+    // Pause and stall bite the same fenced or not; kill-server's teeth were counted in the
+    // fenced campaign.
+    nemeses_bit(&out, &[&nemeses.replace("kill-server", "")]);
+    let violated = number(&out, "trials violated ");
     eprintln!("{backend} unfenced control: {violated} of {trials} trials broke a rule");
 }
 
@@ -236,7 +251,7 @@ fn a_fenced_campaign_on_redis_keeps_every_increment_and_the_unfenced_control_los
     let flags = ["--ttl-ms", "200", "--nemesis", ALL];
     campaign_keeps_every_increment("redis", &flags, 20);
 
-    unfenced_control_fails("redis", "200", 8);
+    unfenced_control_fails("redis", "200", 9, "pause,stall,kill-server");
 }
 
 #[test]
@@ -248,7 +263,7 @@ fn a_fenced_campaign_on_etcd_keeps_every_increment_and_the_unfenced_control_lose
     // etcd leases count whole seconds.
     let flags = ["--ttl-ms", "1000", "--increments", "2", "--nemesis", ALL];
     campaign_keeps_every_increment("etcd", &flags, 20);
-    unfenced_control_fails("etcd", "1000", 5);
+    unfenced_control_fails("etcd", "1000", 9, "pause,stall,kill-server");
 }
 
 #[test]
@@ -262,7 +277,7 @@ fn a_fenced_campaign_on_zookeeper_keeps_every_increment_and_the_unfenced_control
     }
     let flags = ["--ttl-ms", "400", "--increments", "2", "--nemesis", ALL];
     campaign_keeps_every_increment("zookeeper", &flags, 20);
-    unfenced_control_fails("zookeeper", "400", 5);
+    unfenced_control_fails("zookeeper", "400", 9, "pause,stall,kill-server");
 }
 
 #[test]
@@ -274,7 +289,7 @@ fn a_fenced_campaign_on_raft_keeps_every_increment_and_the_unfenced_control_lose
     }
     let flags = ["--ttl-ms", "400", "--increments", "2", "--nemesis", ALL];
     campaign_keeps_every_increment("raft", &flags, 20);
-    unfenced_control_fails("raft", "400", 6);
+    unfenced_control_fails("raft", "400", 9, "pause,stall,kill-server");
 }
 
 #[test]

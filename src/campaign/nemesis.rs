@@ -15,8 +15,11 @@ pub enum Nemesis {
     /// as a pause lasts: each worker talks to both through TCP proxies of its own, and the
     /// holder's stop forwarding (connections stay open; bytes wait).
     Stall,
-    /// kill -9 the lock server (a cluster's leader) while a worker holds the lease, and start
-    /// it again. Only servers the campaign's caller started and can restart.
+    /// kill -9 the lock server (a cluster's leader) while a worker holds the lease and start it
+    /// again, the holder stopped (SIGSTOP) meanwhile and for as long as a pause after the
+    /// restart: the restarted
+    /// service must still know the lease, let it run out, and hand the successor a larger token.
+    /// Only servers the campaign's caller started and can restart.
     KillServer,
     /// Run one worker under libfaketime with every clock at a quarter speed: its timers
     /// (renewals, session pings, think time) fire four times late.

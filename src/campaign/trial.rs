@@ -227,6 +227,7 @@ fn watch(
     let fault_name = match (nemesis, local) {
         (Nemesis::Stall, true) => "stalled (cut off from the database)",
         (Nemesis::Stall, false) => "stalled (cut off from lock service and database)",
+        (Nemesis::KillServer, _) => "paused (SIGSTOP) while the server restarted",
         _ => "paused (SIGSTOP)",
     };
     let mut faults = Vec::new();
@@ -315,6 +316,9 @@ fn strike(
             Ok(Some(holding))
         }
         Nemesis::KillServer => {
+            // The holder stopped past its lease while the server restarts under it: the
+            // restarted service must still know the lease and hand the successor a larger token.
+            let stopped = signal(workers.children[w].id(), libc::SIGSTOP).is_ok();
             let which = servers
                 .kill_and_restart()
                 .map_err(CampaignError::Unavailable)?;
@@ -326,7 +330,14 @@ fn strike(
                     to: monotonic_us(),
                 });
             }
-            Ok(None)
+            // Counted from the restart, and twice as long: a cluster renews every lease when a
+            // new leader takes over (etcd, ZooKeeper), which may come after the killed member
+            // serves again, so the holder's lease runs out only a TTL after that.
+            let restarted = monotonic_us();
+            Ok(stopped.then_some(Holding {
+                until: restarted + 2 * lasting.as_micros() as u64,
+                ..holding
+            }))
         }
         Nemesis::ClockSkew => Ok(None),
     }

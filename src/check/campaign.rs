@@ -254,9 +254,21 @@ pub struct Totals {
     pub max_overlap_us: u64,
     /// Trials that broke anything.
     pub violated: usize,
-    /// Per nemesis, in the order first seen: its name, the trials it struck
-    /// ([`TrialVerdict::struck`]) and the trials it was given.
-    pub strikes: Vec<(String, usize, usize)>,
+    /// Per nemesis, in the order first seen.
+    pub strikes: Vec<Strikes>,
+}
+
+/// How one nemesis fared over a campaign.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Strikes {
+    /// Its name.
+    pub nemesis: String,
+    /// The trials it was given.
+    pub trials: usize,
+    /// The trials it struck ([`TrialVerdict::struck`]).
+    pub struck: usize,
+    /// The trials that broke a rule ([`TrialVerdict::violated`]).
+    pub violated: usize,
 }
 
 impl Totals {
@@ -277,15 +289,20 @@ impl Totals {
     /// Adds one trial's verdict, the trial having been given `nemesis`.
     pub fn add_struck_by(&mut self, nemesis: &str, v: &TrialVerdict) {
         self.add(v);
-        let k = match self.strikes.iter().position(|(n, _, _)| n == nemesis) {
+        let k = match self.strikes.iter().position(|s| s.nemesis == nemesis) {
             Some(k) => k,
             None => {
-                self.strikes.push((nemesis.to_string(), 0, 0));
+                self.strikes.push(Strikes {
+                    nemesis: nemesis.to_string(),
+                    ..Strikes::default()
+                });
                 self.strikes.len() - 1
             }
         };
-        self.strikes[k].1 += usize::from(v.struck);
-        self.strikes[k].2 += 1;
+        let s = &mut self.strikes[k];
+        s.trials += 1;
+        s.struck += usize::from(v.struck);
+        s.violated += usize::from(v.violated());
     }
 }
 
@@ -314,11 +331,12 @@ impl fmt::Display for Totals {
             "work overlap           {} ms at most (two holders' work, from their own records)",
             self.max_overlap_us / 1000
         )?;
-        for (nemesis, struck, given) in &self.strikes {
+        for s in &self.strikes {
             writeln!(
                 f,
-                "nemesis {nemesis:<14} struck {struck} of {given} trials (a write refused, or \
-                 work going on after a later grant)"
+                "nemesis {:<14} struck {} of {} trials, broke a rule in {} (struck: a write \
+                 refused, or work going on after a later grant)",
+                s.nemesis, s.struck, s.trials, s.violated
             )?;
         }
         write!(f, "trials violated        {}", self.violated)
@@ -496,14 +514,21 @@ mod tests {
         totals.add_struck_by("pause", &blind);
         totals.add_struck_by("pause", &seen);
         totals.add_struck_by("stall", &refused);
+        let tally = |nemesis: &str, trials, struck, violated| Strikes {
+            nemesis: nemesis.into(),
+            trials,
+            struck,
+            violated,
+        };
         assert_eq!(
             totals.strikes,
-            [("pause".to_string(), 1, 2), ("stall".to_string(), 1, 1)]
+            [tally("pause", 2, 1, 2), tally("stall", 1, 1, 1)]
         );
         assert_eq!(totals.trials, 3);
-        assert!(totals
-            .to_string()
-            .contains("\nnemesis pause          struck 1 of 2 trials (a write refused"));
+        assert!(totals.to_string().contains(
+            "\nnemesis pause          struck 1 of 2 trials, broke a rule in 2 (struck: a write \
+             refused"
+        ));
     }
 
     #[test]

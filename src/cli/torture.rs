@@ -44,8 +44,9 @@ pub(super) struct TortureArgs {
     /// Faults to inject, comma-separated; trial i gets the (i mod n)-th. pause: SIGSTOP a
     /// holder past its lease and its successor's write; stall: freeze a holder's links to the
     /// lock service and the database as long; kill-server: kill -9 the lock server (a
-    /// cluster's leader) and restart it; clock-skew: one worker's clocks at a quarter speed
-    /// (libfaketime). The totals say how often each struck.
+    /// cluster's leader) and restart it while the holder is stopped past its lease;
+    /// clock-skew: one worker's clocks at a quarter speed (libfaketime). The totals say how
+    /// often each struck.
     #[arg(
         long,
         value_name = "NEMESIS,...",
