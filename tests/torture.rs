@@ -23,9 +23,7 @@ fn servers_present(test: &str, needs: &[&str]) -> bool {
     let installed = |what: &str| match what {
         "postgresql" => postgres_installed(),
         "zookeeper" => std::path::Path::new("/usr/share/java/zookeeper.jar").exists(),
-        "libfaketime" => ["/usr/lib/x86_64-linux-gnu/faketime", "/usr/lib/faketime"]
-            .iter()
-            .any(|d| std::path::Path::new(d).exists()),
+        "libfaketime" => fencecheck::campaign::libfaketime().is_some(),
         // Debian's python3-redis and python3-psycopg2, for the example worker.
         "python3-redis" => Command::new(PYTHON)
             .args(["-c", "import redis, psycopg2"])

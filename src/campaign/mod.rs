@@ -45,15 +45,6 @@ pub trait ServerControl {
     fn kill_and_restart(&mut self) -> Result<Option<String>, String>;
 }
 
-/// No lock server to restart (the lock service was given by address, or is in-process).
-pub struct NoServers;
-
-impl ServerControl for NoServers {
-    fn kill_and_restart(&mut self) -> Result<Option<String>, String> {
-        Ok(None)
-    }
-}
-
 /// How many trials of what.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Settings {

@@ -23,7 +23,7 @@ pub use catalog::{catalog_markdown, CATALOG_DOC};
 pub use diagram::{mermaid, sequence_svg};
 pub use html::{html, BENCH_CHART_MARK};
 pub use junit::junit;
-pub use trial::{trial_dir, trial_trace, trial_verdict, validate_flags};
+pub use trial::{trial_dir, trial_trace, trial_verdict};
 
 /// A model the check left out, and why (it is not declared for the size asked).
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]

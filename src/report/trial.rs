@@ -27,7 +27,7 @@ pub fn trial_trace(record: &TrialRecord, verdict: &TrialVerdict) -> String {
 }
 
 /// The `fencecheck validate` flags that replay the stored trace as the trial was judged.
-pub fn validate_flags(verdict: &TrialVerdict) -> Vec<&'static str> {
+fn validate_flags(verdict: &TrialVerdict) -> Vec<&'static str> {
     let mut flags = Vec::new();
     if verdict.replay.policy == FencePolicy::AcceptAll {
         flags.push("--unfenced");
