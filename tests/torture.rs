@@ -1,9 +1,10 @@
 //! `fencecheck torture` on real servers: a short campaign per backend (worker processes adding
 //! to a PostgreSQL counter under the lease; per trial one fault by turns: a holder SIGSTOPped
 //! past its lease, cut off from the lock service and the database by its proxies, the lock
-//! server killed and restarted, a worker's clock at a quarter speed) keeps every increment, the
+//! server killed and restarted, a worker's clock at a quarter speed; on etcd and Raft clusters in
+//! network namespaces, the holder and the leader cut off) keeps every increment, the
 //! lease order, a trace the model explains and a linearizable register history; the unfenced
-//! control loses increments and exits 1. Pause and stall strike (a write refused, or work going
+//! control loses increments and exits 1. Pause, stall and partition strike (a write refused, or work going
 //! on after a later grant) in at least 80 % of their trials, fenced or not, and at least 80 % of
 //! the unfenced control's trials break a rule, on every backend.
 #![cfg(feature = "backends")]
@@ -81,7 +82,7 @@ fn strikes(stdout: &str, nemesis: &str) -> (u64, u64, u64) {
 /// later grant) in at least 80 % of their trials: a green campaign whose faults never bit would
 /// say nothing.
 fn nemeses_bit(stdout: &str, flags: &[&str]) {
-    for nemesis in ["pause", "stall", "kill-server"] {
+    for nemesis in ["pause", "stall", "kill-server", "partition"] {
         if flags.iter().any(|f| f.contains(nemesis)) {
             let (given, struck, _) = strikes(stdout, nemesis);
             assert!(
@@ -167,6 +168,10 @@ fn campaign_keeps_every_increment(backend: &str, flags: &[&str], trials: u64) {
         ("stall", "stalled (cut off"),
         ("kill-server", "killed (kill -9) and restarted"),
         ("clock-skew", "clock at a quarter speed"),
+        (
+            "partition",
+            "cut off (partition: every packet to and from it dropped)",
+        ),
     ] {
         if flags.iter().any(|f| f.contains(nemesis)) {
             assert!(
@@ -290,6 +295,39 @@ fn a_fenced_campaign_on_raft_keeps_every_increment_and_the_unfenced_control_lose
     unfenced_control_fails("raft", "400", 9, "pause,stall,kill-server");
 }
 
+/// The partition nemesis on a cluster of three in network namespaces: the holder cut off from
+/// the lock service and the database, the leader from its peers and clients, until a
+/// successor sends its write. Fenced, it strikes in at least 80 % of the trials and every rule
+/// holds; unfenced, at least 80 % of the trials break one.
+fn partitions_strike(backend: &str, ttl_ms: &str) {
+    let flags = [
+        "--ttl-ms",
+        ttl_ms,
+        "--increments",
+        "2",
+        "--nemesis",
+        "partition",
+    ];
+    campaign_keeps_every_increment(backend, &flags, 5);
+    unfenced_control_fails(backend, ttl_ms, 5, "partition");
+}
+
+#[test]
+fn partitions_of_an_etcd_cluster_strike_and_the_unfenced_control_breaks_rules() {
+    if !servers_present("torture partition (etcd)", &["etcd", "postgresql", "ip"]) {
+        return;
+    }
+    partitions_strike("etcd", "1000");
+}
+
+#[test]
+fn partitions_of_a_raft_cluster_strike_and_the_unfenced_control_breaks_rules() {
+    if !servers_present("torture partition (raft)", &["postgresql", "ip"]) {
+        return;
+    }
+    partitions_strike("raft", "400");
+}
+
 #[test]
 fn a_fenced_campaign_on_the_in_process_lock_keeps_every_increment_and_the_control_loses_some() {
     if !servers_present("torture (in-process)", &["postgresql"]) {
@@ -398,9 +436,26 @@ fn bad_campaign_settings_are_one_line_errors() {
              kind alone (redis, etcd, zk, raft) rather than an address, or leave out kill-server",
         ),
         (
-            vec!["--nemesis", "pause,partition"],
-            "error: invalid value 'partition' for '--nemesis <NEMESIS,...>': unknown nemesis \
-             \"partition\"; expected one of pause, stall, kill-server, clock-skew",
+            vec!["--nemesis", "pause,split-brain"],
+            "error: invalid value 'split-brain' for '--nemesis <NEMESIS,...>': unknown nemesis \
+             \"split-brain\"; expected one of pause, stall, kill-server, partition, clock-skew",
+        ),
+        (
+            vec!["--lock", "redis", "--nemesis", "partition"],
+            "error: --nemesis partition cuts a cluster's leader off from its peers, inside \
+             network namespaces torture makes for the servers it starts: expected --lock etcd \
+             or raft (a kind alone, not an address)",
+        ),
+        (
+            vec![
+                "--lock",
+                "etcd",
+                "--nemesis",
+                "partition",
+                "--pg-url",
+                "host=127.0.0.1",
+            ],
+            "error: --pg-url host=127.0.0.1: the partition nemesis runs in network namespaces",
         ),
         (
             vec!["--lock", "local", "--nemesis", "clock-skew"],

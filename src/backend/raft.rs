@@ -131,7 +131,11 @@ impl Client {
                 });
             }
             let addr = &self.nodes[at];
-            let connected = tokio::time::timeout(left, TcpStream::connect(addr.as_str())).await;
+            // A partitioned node drops the handshake: each node gets a part of the bound to
+            // accept, as to answer, so that a silent one leaves time to try another.
+            let per_node = left.min((bound / 4).max(MIN_ATTEMPT));
+            let connect = TcpStream::connect(addr.as_str());
+            let connected = tokio::time::timeout(per_node, connect).await;
             let mut stream = match connected {
                 Ok(Ok(stream)) => stream,
                 Ok(Err(e)) => {
@@ -143,11 +147,17 @@ impl Client {
                     }
                     continue;
                 }
-                Err(_) => continue,
+                Err(_) => {
+                    // Nothing was sent either.
+                    last_error = format!("{addr} did not accept a connection within {per_node:?}");
+                    self.no_answer(at);
+                    at = self.next(at);
+                    continue;
+                }
             };
             let _ = stream.set_nodelay(true);
-            // A stopped node still accepts connections (the kernel does): each node gets a part
-            // of the bound, so one that never answers leaves time to try another.
+            // A stopped node still accepts connections (the kernel does): it gets a part of the
+            // bound to answer too.
             let attempt = deadline
                 .saturating_duration_since(Instant::now())
                 .min((bound / 4).max(MIN_ATTEMPT));

@@ -17,6 +17,12 @@ pub mod worker;
 
 pub use nemesis::{libfaketime, Nemesis, SKEW};
 
+/// The network nodes (see `fencecheck_testkit::netns`) of a partition campaign: the lock
+/// servers from [`SERVER_NODES`], worker `w` at [`WORKER_NODES`] + `w`.
+pub const SERVER_NODES: u8 = 1;
+/// See [`SERVER_NODES`].
+pub const WORKER_NODES: u8 = 101;
+
 use crate::backend::{monotonic_us, FencedStorage, LockSpec, PgFencedStore};
 use crate::check::campaign::{judge, Totals, TrialRecord, TrialVerdict};
 use crate::check::linearize::{Answer, Call, Operation};
@@ -43,6 +49,18 @@ pub trait ServerControl {
     /// `kill -9` the lock server (a cluster's leader), start it again on its data and wait
     /// until it serves; says which it was. `None` when no lock server can be restarted.
     fn kill_and_restart(&mut self) -> Result<Option<String>, String>;
+
+    /// Cut the lock service's leader off from its peers and its clients (every packet to and
+    /// from it dropped); says which it was. `None` when the lock servers do not run in network
+    /// namespaces of the campaign's own.
+    fn isolate_leader(&mut self) -> Result<Option<String>, String> {
+        Ok(None)
+    }
+
+    /// Undo every [`ServerControl::isolate_leader`].
+    fn heal(&mut self) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 /// How many trials of what.
@@ -114,6 +132,17 @@ impl Settings {
                 return Err(CampaignError::Settings(
                     "--worker-cmd: an external worker needs a lock service it can reach; expected \
                      --lock redis, etcd, zk or raft (or an address)"
+                        .into(),
+                ));
+            }
+        }
+        if self.nemeses.contains(&Nemesis::Partition) {
+            let cluster = matches!(lock, Some(LockSpec::Etcd { .. } | LockSpec::Raft { .. }));
+            if !cluster || !restartable {
+                return Err(CampaignError::Settings(
+                    "--nemesis partition cuts a cluster's leader off from its peers, inside \
+                     network namespaces torture makes for the servers it starts: expected --lock \
+                     etcd or raft (a kind alone, not an address)"
                         .into(),
                 ));
             }
@@ -202,6 +231,8 @@ pub struct Campaign {
     rt: tokio::runtime::Runtime,
     faketime: Option<PathBuf>,
     exe: PathBuf,
+    /// The workers' network nodes, for the partition nemesis.
+    nodes: Vec<fencecheck_testkit::netns::Node>,
 }
 
 impl Campaign {
@@ -241,6 +272,16 @@ impl Campaign {
             holder
                 .map_err(|e| CampaignError::Unavailable(format!("the lock service {spec}: {e}")))?;
         }
+        let mut nodes = Vec::new();
+        if settings.nemeses.contains(&Nemesis::Partition) {
+            for w in 0..settings.workers as u8 {
+                let node =
+                    fencecheck_testkit::netns::Node::create(WORKER_NODES + w).map_err(|e| {
+                        CampaignError::Unavailable(format!("worker w{}'s network: {e}", w + 1))
+                    })?;
+                nodes.push(node);
+            }
+        }
         Ok(Campaign {
             settings,
             target,
@@ -248,6 +289,7 @@ impl Campaign {
             rt,
             faketime,
             exe,
+            nodes,
         })
     }
 
@@ -306,6 +348,7 @@ impl Campaign {
                 strike_at,
                 faketime: self.faketime.as_deref(),
                 exe: &self.exe,
+                nodes: &self.nodes,
             };
             let (mut record, ttl) = trial::run(&setup, i, servers)?;
             self.read_final(&setup.name, &mut record)?;

@@ -9,6 +9,7 @@ use super::worker::{local_worker, Job, LocalPause};
 use super::{CampaignError, ServerControl, Settings};
 use crate::backend::{monotonic_us, LocalLock, LockService, LockSpec};
 use crate::check::campaign::TrialRecord;
+use fencecheck_testkit::netns::Node;
 use fencecheck_testkit::signal;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -20,6 +21,9 @@ use std::time::Duration;
 
 /// How long a trial's workers may take before the trial is abandoned.
 const TRIAL_LIMIT_US: u64 = 180_000_000;
+
+/// How many pauses a partition lasts at most when no successor's write ends it sooner.
+const PARTITION_AT_MOST: u64 = 8;
 
 /// What a trial runs against.
 pub(super) struct Setup<'a> {
@@ -38,6 +42,8 @@ pub(super) struct Setup<'a> {
     pub(super) faketime: Option<&'a Path>,
     /// This program, whose `torture-worker` command is a worker.
     pub(super) exe: &'a Path,
+    /// Each worker's network node, for the partition nemesis (empty otherwise).
+    pub(super) nodes: &'a [Node],
 }
 
 /// A trial's running workers: processes, or threads on the in-process lock.
@@ -62,11 +68,13 @@ impl Workers {
     }
 }
 
-/// A pause or stall in force: whom, since when, until when (µs, CLOCK_MONOTONIC).
+/// A pause, stall or partition in force: whom, since when, until when (µs, CLOCK_MONOTONIC),
+/// and the lock server a partition cut off with the holder.
 struct Holding {
     worker: usize,
     from: u64,
     until: u64,
+    leader: Option<String>,
 }
 
 /// Runs trial `i`; returns what it recorded (the final value and read still to come) and the
@@ -168,6 +176,9 @@ fn start(setup: &Setup, i: u32, overshoot: Duration) -> Result<Workers, Campaign
             }
         };
         cmd.stdout(Stdio::piped());
+        if setup.nemesis == Nemesis::Partition {
+            setup.nodes[w].enter(&mut cmd);
+        }
         if workers.skewed == Some(w) {
             let lib = setup.faketime.expect("checked before the campaign");
             cmd.env("LD_PRELOAD", lib).env("FAKETIME", SKEW);
@@ -228,6 +239,7 @@ fn watch(
         (Nemesis::Stall, true) => "stalled (cut off from the database)",
         (Nemesis::Stall, false) => "stalled (cut off from lock service and database)",
         (Nemesis::KillServer, _) => "paused (SIGSTOP) while the server restarted",
+        (Nemesis::Partition, _) => "cut off (partition: every packet to and from it dropped)",
         _ => "paused (SIGSTOP)",
     };
     let mut faults = Vec::new();
@@ -249,7 +261,8 @@ fn watch(
         }
         if holding.as_ref().is_some_and(|h| now >= h.until) {
             let h = holding.take().expect("just seen");
-            faults.push(end_fault(&h, nemesis, workers, fault_name, now));
+            let ended = end_fault(&h, setup, workers, servers, fault_name, now);
+            faults.extend(ended.map_err(CampaignError::Unavailable)?);
         }
         let wait = match &holding {
             Some(h) => Duration::from_micros(h.until.saturating_sub(now)),
@@ -281,19 +294,29 @@ fn watch(
         if !struck && line.text.split(' ').next() == Some(setup.strike_at) {
             struck = true;
             let lasting = setup.settings.strike_length(ttl, overshoot);
-            holding = strike(nemesis, line.worker, lasting, workers, servers, &mut faults)?;
+            holding = strike(setup, line.worker, lasting, workers, servers, &mut faults)?;
+        }
+        if let Some(h) = &mut holding {
+            // A partition heals once a successor has sent its write (plus the overshoot): the
+            // handover it forced is what the trial is for. (Not once the write is answered: the
+            // holder cut off inside its transaction keeps the row locked until it is healed.)
+            let successor = line.worker != h.worker && line.text.starts_with("write-sent ");
+            if nemesis == Nemesis::Partition && successor {
+                h.until = h.until.min(line.at.max(now) + overshoot.as_micros() as u64);
+            }
         }
         lines.push(line);
     }
     if let Some(h) = &holding {
-        faults.push(end_fault(h, nemesis, workers, fault_name, monotonic_us()));
+        let ended = end_fault(h, setup, workers, servers, fault_name, monotonic_us());
+        faults.extend(ended.map_err(CampaignError::Unavailable)?);
     }
     Ok((lines, faults, ttl))
 }
 
 /// The nemesis strikes worker `w` for `lasting` (a pause or a stall) or the lock server.
 fn strike(
-    nemesis: Nemesis,
+    setup: &Setup,
     w: usize,
     lasting: Duration,
     workers: &Workers,
@@ -305,8 +328,9 @@ fn strike(
         worker: w,
         from,
         until: from + lasting.as_micros() as u64,
+        leader: None,
     };
-    match nemesis {
+    match setup.nemesis {
         Nemesis::Pause => {
             let stopped = signal(workers.children[w].id(), libc::SIGSTOP).is_ok();
             Ok(stopped.then_some(holding))
@@ -339,23 +363,64 @@ fn strike(
                 ..holding
             }))
         }
+        Nemesis::Partition => {
+            // Until a successor sends its write (see `watch`), at most eight pauses: a new
+            // leader renews every lease, and waiters whose requests went to the cut-off leader
+            // hear nothing until their request times out.
+            let cut = |e: std::io::Error| CampaignError::Unavailable(format!("partition: {e}"));
+            setup.nodes[w].isolate().map_err(cut)?;
+            let leader = servers.isolate_leader();
+            let leader =
+                leader.map_err(|e| CampaignError::Unavailable(format!("partition: {e}")))?;
+            Ok(Some(Holding {
+                until: from + PARTITION_AT_MOST * lasting.as_micros() as u64,
+                leader,
+                ..holding
+            }))
+        }
         Nemesis::ClockSkew => Ok(None),
     }
 }
 
-/// Ends a pause or a stall; the fault as it was.
-fn end_fault(h: &Holding, nemesis: Nemesis, workers: &Workers, what: &str, now: u64) -> Struck {
-    if nemesis == Nemesis::Stall {
-        workers.links[h.worker].thaw();
-    } else if let Some(c) = workers.children.get(h.worker) {
-        let _ = signal(c.id(), libc::SIGCONT);
+/// Ends a pause, a stall or a partition; the faults as they were.
+fn end_fault(
+    h: &Holding,
+    setup: &Setup,
+    workers: &Workers,
+    servers: &mut dyn ServerControl,
+    what: &str,
+    now: u64,
+) -> Result<Vec<Struck>, String> {
+    let mut faults = Vec::new();
+    match setup.nemesis {
+        Nemesis::Stall => workers.links[h.worker].thaw(),
+        Nemesis::Partition => {
+            setup.nodes[h.worker]
+                .heal()
+                .map_err(|e| format!("healing a partition: {e}"))?;
+            servers.heal()?;
+            if let Some(leader) = &h.leader {
+                faults.push(Struck {
+                    who: "server".into(),
+                    what: format!("{leader} cut off from its peers and clients"),
+                    from: h.from,
+                    to: now,
+                });
+            }
+        }
+        _ => {
+            if let Some(c) = workers.children.get(h.worker) {
+                let _ = signal(c.id(), libc::SIGCONT);
+            }
+        }
     }
-    Struck {
+    faults.push(Struck {
         who: format!("w{}", h.worker + 1),
         what: what.into(),
         from: h.from,
         to: now,
-    }
+    });
+    Ok(faults)
 }
 
 /// Waits for every worker; the first one that failed is the trial's error.

@@ -2,6 +2,8 @@
 //! on free ports in temporary directories, said on stdout, stopped when dropped.
 
 use super::UsageError;
+use fencecheck_testkit::netns::Node;
+use fencecheck_testkit::{Cluster, Kind};
 use fencecheck_testkit::{EtcdCluster, PgServer, RaftCluster, RedisServer, ZkCluster};
 
 /// The servers a command started; each is stopped when this is dropped.
@@ -12,6 +14,12 @@ pub(super) struct Started {
     zk: Option<ZkCluster>,
     pg: Option<PgServer>,
     raft: Option<RaftCluster>,
+    /// Where the servers run: `None` on 127.0.0.1; `Some(first)`: each cluster member in a
+    /// network node of its own from `first`, PostgreSQL on the switch's hub (see
+    /// `fencecheck_testkit::netns`; the caller made the switch).
+    nodes: Option<u8>,
+    /// The member a partition cut off, until healed.
+    isolated: Option<usize>,
 }
 
 fn failed(e: impl std::fmt::Display) -> UsageError {
@@ -19,6 +27,14 @@ fn failed(e: impl std::fmt::Display) -> UsageError {
 }
 
 impl Started {
+    /// Servers started from now on run in network nodes from `first` (see [`Started::nodes`]).
+    pub(super) fn in_nodes(first: u8) -> Started {
+        Started {
+            nodes: Some(first),
+            ..Started::default()
+        }
+    }
+
     /// Starts a redis-server; its URL.
     pub(super) fn redis(&mut self) -> Result<String, UsageError> {
         self.redis_with(false)
@@ -49,7 +65,11 @@ impl Started {
 
     /// Starts an etcd cluster of `members`; its endpoints.
     pub(super) fn etcd_with(&mut self, members: usize) -> Result<Vec<String>, UsageError> {
-        let cluster = EtcdCluster::start(members).map_err(failed)?;
+        let cluster = match self.nodes {
+            Some(first) => EtcdCluster::start_in_nodes(members, first),
+            None => EtcdCluster::start(members),
+        }
+        .map_err(failed)?;
         let endpoints = cluster.endpoints();
         println!("started a throwaway etcd on {}", endpoints.join(","));
         self.etcd = Some(cluster);
@@ -61,7 +81,11 @@ impl Started {
         let me = std::env::current_exe().map_err(|e| {
             UsageError(format!("cannot find this program to start raft nodes: {e}"))
         })?;
-        let cluster = RaftCluster::start(me, 3).map_err(failed)?;
+        let cluster = match self.nodes {
+            Some(first) => RaftCluster::start_in_nodes(me, 3, first),
+            None => RaftCluster::start(me, 3),
+        }
+        .map_err(failed)?;
         let nodes = cluster.nodes();
         println!(
             "started a throwaway 3-node raft cluster on {}",
@@ -87,11 +111,12 @@ impl Started {
 
     /// Starts a PostgreSQL cluster; its URL.
     pub(super) fn pg(&mut self) -> Result<String, UsageError> {
-        let server = PgServer::start().map_err(failed)?;
-        println!(
-            "started a throwaway PostgreSQL on 127.0.0.1:{}",
-            server.port()
-        );
+        let server = match self.nodes {
+            Some(_) => PgServer::start_on_hub(),
+            None => PgServer::start(),
+        }
+        .map_err(failed)?;
+        println!("started a throwaway PostgreSQL: {}", server.url());
         let url = server.url();
         self.pg = Some(server);
         Ok(url)
@@ -121,5 +146,46 @@ impl Started {
             return Ok(Some(format!("raft node {} of {}", i + 1, c.size())));
         }
         Ok(None)
+    }
+
+    /// Cuts the leader of the cluster this command started in network nodes off from every
+    /// other node; says which it was. `None` when no cluster runs in nodes (or none leads).
+    pub(super) fn isolate_leader(&mut self) -> Result<Option<String>, UsageError> {
+        fn leader<K: Kind>(c: &Cluster<K>, what: &str) -> Option<(usize, String)> {
+            let i = c.leader()?;
+            c.node(i)?;
+            Some((i, format!("{what} {} of {} (the leader)", i + 1, c.size())))
+        }
+        let found = match (&self.etcd, &self.raft) {
+            (Some(c), _) => leader(c, "etcd member"),
+            (_, Some(c)) => leader(c, "raft node"),
+            _ => None,
+        };
+        let Some((i, which)) = found else {
+            return Ok(None);
+        };
+        self.member_node(i)
+            .map_or(Ok(()), Node::isolate)
+            .map_err(failed)?;
+        self.isolated = Some(i);
+        Ok(Some(which))
+    }
+
+    /// Undoes [`Started::isolate_leader`].
+    pub(super) fn heal(&mut self) -> Result<(), UsageError> {
+        if let Some(i) = self.isolated.take() {
+            self.member_node(i)
+                .map_or(Ok(()), Node::heal)
+                .map_err(failed)?;
+        }
+        Ok(())
+    }
+
+    fn member_node(&self, i: usize) -> Option<&Node> {
+        match (&self.etcd, &self.raft) {
+            (Some(c), _) => c.node(i),
+            (_, Some(c)) => c.node(i),
+            _ => None,
+        }
     }
 }

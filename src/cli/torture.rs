@@ -45,6 +45,8 @@ pub(super) struct TortureArgs {
     /// holder past its lease and its successor's write; stall: freeze a holder's links to the
     /// lock service and the database as long; kill-server: kill -9 the lock server (a
     /// cluster's leader) and restart it while the holder is stopped past its lease;
+    /// partition: drop the holder's and the cluster leader's packets until a successor writes
+    /// (etcd and raft clusters torture starts, in network namespaces of its own; root);
     /// clock-skew: one worker's clocks at a quarter speed (libfaketime). The totals say how
     /// often each struck.
     #[arg(
@@ -98,6 +100,14 @@ impl ServerControl for Started {
     fn kill_and_restart(&mut self) -> Result<Option<String>, String> {
         Started::kill_and_restart(self).map_err(|e| e.0)
     }
+
+    fn isolate_leader(&mut self) -> Result<Option<String>, String> {
+        Started::isolate_leader(self).map_err(|e| e.0)
+    }
+
+    fn heal(&mut self) -> Result<(), String> {
+        Started::heal(self).map_err(|e| e.0)
+    }
 }
 
 /// A campaign error as the command reports it: bad settings are usage (exit 2); a server, the
@@ -141,10 +151,18 @@ pub(super) fn run(args: TortureArgs) -> Result<ExitCode, UsageError> {
     if let Some(dir) = &args.report {
         writable(dir)?;
     }
-    let mut started = Started::default();
+    let mut started = if settings.nemeses.contains(&Nemesis::Partition) {
+        match partition_switch(&args) {
+            Ok(()) => Started::in_nodes(fencecheck::campaign::SERVER_NODES),
+            Err(e) => return Ok(failed(e)),
+        }
+    } else {
+        Started::default()
+    };
     // To be killed, a server must keep its tokens (Redis: an fsynced append-only file) and a
     // cluster must outlive its leader.
     let kills = settings.nemeses.contains(&Nemesis::KillServer);
+    let partitions = settings.nemeses.contains(&Nemesis::Partition);
     let lock = match given {
         Some(spec) => Some(spec),
         None => match kind {
@@ -152,7 +170,7 @@ pub(super) fn run(args: TortureArgs) -> Result<ExitCode, UsageError> {
                 url: started.redis_with(kills)?,
             }),
             Kind::Etcd => Some(LockSpec::Etcd {
-                endpoints: started.etcd_with(if kills { 3 } else { 1 })?,
+                endpoints: started.etcd_with(if kills || partitions { 3 } else { 1 })?,
             }),
             Kind::Zookeeper => Some(LockSpec::Zookeeper {
                 connect: started.zk_with(if kills { 3 } else { 1 })?,
@@ -212,6 +230,21 @@ pub(super) fn run(args: TortureArgs) -> Result<ExitCode, UsageError> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// The partition nemesis runs every server and worker in network namespaces of torture's own,
+/// behind a switch that is this process's own namespace from here on: made before any thread
+/// starts, so that every later one (and every child) is inside it.
+fn partition_switch(args: &TortureArgs) -> Result<(), CampaignError> {
+    if let Some(url) = &args.pg_url {
+        return Err(CampaignError::Settings(format!(
+            "--pg-url {url}: the partition nemesis runs in network namespaces of its own, out of \
+             reach of a database outside them; leave out --pg-url (a throwaway PostgreSQL is \
+             started inside)"
+        )));
+    }
+    fencecheck_testkit::netns::make_private()
+        .map_err(|e| CampaignError::Unavailable(format!("--nemesis partition: {e}")))
 }
 
 /// `dir` exists (made if need be) and takes files: checked before the first trial, so a bad

@@ -8,6 +8,7 @@
 //! protocol or the backends it is used to test.
 #![deny(missing_docs)]
 
+pub mod netns;
 pub mod proxy;
 pub mod servers;
 

@@ -4,6 +4,7 @@
 //! is a [`Kind`].
 
 use super::{failed, kill_member, log_tail, stop_member, ServerError, TempDir};
+use crate::netns::Node;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -25,22 +26,30 @@ pub trait Kind {
     fn leader(&self, members: &[Member], running: &[usize]) -> Option<usize>;
 }
 
-/// One member: its ports (the client port first), data directory and log, and its process while
-/// it runs.
+/// One member: its host and ports (the client port first), data directory and log, the network
+/// node it runs in (if any), and its process while it runs.
 #[derive(Debug)]
 pub struct Member {
+    pub(super) host: String,
     pub(super) ports: Vec<u16>,
     pub(super) data: PathBuf,
     pub(super) log: PathBuf,
+    node: Option<Node>,
     child: Option<Child>,
 }
 
 impl Member {
-    pub(super) fn new(ports: Vec<u16>, data: PathBuf, log: PathBuf) -> Self {
+    /// A member on 127.0.0.1, or on its node's address when it runs in `node`.
+    pub(super) fn new(ports: Vec<u16>, data: PathBuf, log: PathBuf, node: Option<Node>) -> Self {
+        let host = node
+            .as_ref()
+            .map_or("127.0.0.1".to_string(), |n| n.addr().to_string());
         Member {
+            host,
             ports,
             data,
             log,
+            node,
             child: None,
         }
     }
@@ -50,13 +59,14 @@ impl Member {
         self.ports[0]
     }
 
-    /// `127.0.0.1:PORT` of the client port.
+    /// `HOST:PORT` of the client port.
     pub(super) fn address(&self) -> String {
-        format!("127.0.0.1:{}", self.client_port())
+        format!("{}:{}", self.host, self.client_port())
     }
 }
 
-/// A throwaway cluster of `K` servers on 127.0.0.1, removed (and its processes stopped) when
+/// A throwaway cluster of `K` servers on 127.0.0.1 (or each in a network node of its own, see
+/// [`crate::netns`]), removed (and its processes stopped) when
 /// dropped.
 #[derive(Debug)]
 pub struct Cluster<K: Kind> {
@@ -99,9 +109,11 @@ impl<K: Kind> Cluster<K> {
             .open(&m.log)
             .map_err(|e| failed(format!("creating the log of {}", self.name(i)), e))?;
         let out = log.try_clone().map_err(|e| failed("opening the log", e))?;
-        let child = self
-            .kind
-            .command(i, m)
+        let mut command = self.kind.command(i, m);
+        if let Some(node) = &m.node {
+            node.enter(&mut command);
+        }
+        let child = command
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(log)
@@ -164,6 +176,11 @@ impl<K: Kind> Cluster<K> {
             .filter(|&i| self.members[i].child.is_some())
             .collect();
         self.kind.leader(&self.members, &running)
+    }
+
+    /// The network node member `i` runs in, when the cluster was started in nodes.
+    pub fn node(&self, i: usize) -> Option<&Node> {
+        self.members[i].node.as_ref()
     }
 
     /// Stops member `i` (SIGTERM, then SIGKILL if it lingers).

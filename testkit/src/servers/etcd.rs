@@ -4,7 +4,7 @@
 use super::cluster::{Cluster, Kind, Member};
 use super::{failed, find_on_path, free_port, retry_port_clash, ServerError, TempDir};
 use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::net::{SocketAddr, TcpStream};
 use std::process::Command;
 use std::time::Duration;
 
@@ -19,12 +19,14 @@ pub struct Etcd {
     initial: String,
 }
 
-/// One HTTP/1.1 exchange on 127.0.0.1:`port`; returns the body.
-fn http(port: u16, method: &str, path: &str, body: &str) -> Option<String> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_millis(500))).ok()?;
+/// One HTTP/1.1 exchange with member `m`'s client port; returns the body.
+fn http(m: &Member, method: &str, path: &str, body: &str) -> Option<String> {
+    let addr: SocketAddr = m.address().parse().ok()?;
+    let limit = Duration::from_millis(500);
+    let mut s = TcpStream::connect_timeout(&addr, limit).ok()?;
+    s.set_read_timeout(Some(limit)).ok()?;
     let request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
          Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
@@ -37,14 +39,14 @@ fn http(port: u16, method: &str, path: &str, body: &str) -> Option<String> {
 
 /// A member's (own id, the leader's id), as its status answer gives them.
 fn status(member: &Member) -> Option<(String, String)> {
-    let body = http(member.client_port(), "POST", "/v3/maintenance/status", "{}")?;
+    let body = http(member, "POST", "/v3/maintenance/status", "{}")?;
     let v = serde_json::from_str::<serde_json::Value>(&body).ok()?;
     let me = v["header"]["member_id"].as_str()?.to_string();
     Some((me, v["leader"].as_str()?.to_string()))
 }
 
-fn url(port: u16) -> String {
-    format!("http://127.0.0.1:{port}")
+fn url(m: &Member, port: u16) -> String {
+    format!("http://{}:{port}", m.host)
 }
 
 impl Kind for Etcd {
@@ -53,7 +55,7 @@ impl Kind for Etcd {
     const AWAIT_LEADER: bool = false;
 
     fn command(&self, i: usize, m: &Member) -> Command {
-        let (client, peer) = (url(m.ports[0]), url(m.ports[1]));
+        let (client, peer) = (url(m, m.ports[0]), url(m, m.ports[1]));
         let mut command = Command::new("etcd");
         command
             .args(["--name", &format!("m{i}")])
@@ -70,8 +72,7 @@ impl Kind for Etcd {
     }
 
     fn serving(&self, m: &Member) -> bool {
-        http(m.client_port(), "GET", "/health", "")
-            .is_some_and(|b| b.contains("\"health\":\"true\""))
+        http(m, "GET", "/health", "").is_some_and(|b| b.contains("\"health\":\"true\""))
     }
 
     fn leader(&self, members: &[Member], running: &[usize]) -> Option<usize> {
@@ -86,10 +87,15 @@ impl Kind for Etcd {
 impl EtcdCluster {
     /// Starts `size` members and waits until every one reports healthy.
     pub fn start(size: usize) -> Result<Self, ServerError> {
-        retry_port_clash("etcd", || Self::start_once(size))
+        retry_port_clash("etcd", || Self::start_once(size, None))
     }
 
-    fn start_once(size: usize) -> Result<Self, ServerError> {
+    /// As [`EtcdCluster::start`], member `i` in network node `first + i` (see [`crate::netns`]).
+    pub fn start_in_nodes(size: usize, first: u8) -> Result<Self, ServerError> {
+        retry_port_clash("etcd", || Self::start_once(size, Some(first)))
+    }
+
+    fn start_once(size: usize, first: Option<u8>) -> Result<Self, ServerError> {
         if find_on_path("etcd").is_none() {
             return Err(ServerError::Missing {
                 binary: "etcd".into(),
@@ -102,19 +108,23 @@ impl EtcdCluster {
         for i in 0..size {
             let (data, log) = (format!("m{i}.data"), format!("m{i}.log"));
             let (data, log) = (dir.path().join(data), dir.path().join(log));
-            members.push(Member::new(vec![port()?, port()?], data, log));
+            let node = super::node_for(first, i)?;
+            members.push(Member::new(vec![port()?, port()?], data, log, node));
         }
         let initial = members
             .iter()
             .enumerate()
-            .map(|(i, m)| format!("m{i}={}", url(m.ports[1])))
+            .map(|(i, m)| format!("m{i}={}", url(m, m.ports[1])))
             .collect::<Vec<_>>()
             .join(",");
         Cluster::launch(Etcd { initial }, members, dir)
     }
 
-    /// The members' client URLs (`http://127.0.0.1:PORT`).
+    /// The members' client URLs (`http://HOST:PORT`).
     pub fn endpoints(&self) -> Vec<String> {
-        self.members.iter().map(|m| url(m.client_port())).collect()
+        self.members
+            .iter()
+            .map(|m| url(m, m.client_port()))
+            .collect()
     }
 }

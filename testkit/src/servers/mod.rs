@@ -67,6 +67,21 @@ impl ServerError {
     }
 }
 
+/// Member `i`'s network node when a cluster is started in nodes from `first`; `None` on
+/// 127.0.0.1.
+fn node_for(first: Option<u8>, i: usize) -> Result<Option<crate::netns::Node>, ServerError> {
+    let Some(first) = first else { return Ok(None) };
+    let index = u8::try_from(usize::from(first) + i).map_err(|_| {
+        failed(
+            format!("network node {first} + {i}"),
+            "expected at most 250",
+        )
+    })?;
+    crate::netns::Node::create(index)
+        .map(Some)
+        .map_err(|e| failed(format!("network node {index}"), e))
+}
+
 fn failed(what: impl Into<String>, detail: impl ToString) -> ServerError {
     ServerError::Failed {
         what: what.into(),

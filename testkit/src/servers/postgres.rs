@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 #[derive(Debug)]
 pub struct PgServer {
     child: Child,
+    host: String,
     port: u16,
     _dir: TempDir,
 }
@@ -65,10 +66,16 @@ impl PgServer {
     /// Creates a cluster in a temp dir (trust authentication, user `postgres`, fsync off) and
     /// starts it on a free port of 127.0.0.1.
     pub fn start() -> Result<Self, ServerError> {
-        retry_port_clash("postgres", Self::start_once)
+        retry_port_clash("postgres", || Self::start_once(None))
     }
 
-    fn start_once() -> Result<Self, ServerError> {
+    /// As [`PgServer::start`], also listening on the network switch's [`crate::netns::HUB`] and
+    /// trusting the nodes behind it (`10.200.0.0/16`); [`PgServer::url`] then names the hub.
+    pub fn start_on_hub() -> Result<Self, ServerError> {
+        retry_port_clash("postgres", || Self::start_once(Some(crate::netns::HUB)))
+    }
+
+    fn start_once(hub: Option<std::net::Ipv4Addr>) -> Result<Self, ServerError> {
         use std::os::unix::process::CommandExt;
         let bin = pg_bin_dir().ok_or(ServerError::Missing {
             binary: "postgres (PostgreSQL server)".into(),
@@ -103,6 +110,16 @@ impl PgServer {
                 String::from_utf8_lossy(&out.stderr).trim().to_string(),
             ));
         }
+        let mut listen = "127.0.0.1".to_string();
+        if let Some(hub) = hub {
+            listen.push_str(&format!(",{hub}"));
+            let mut hba = std::fs::OpenOptions::new()
+                .append(true)
+                .open(data.join("pg_hba.conf"))
+                .map_err(|e| failed("opening pg_hba.conf", e))?;
+            std::io::Write::write_all(&mut hba, b"host all all 10.200.0.0/16 trust\n")
+                .map_err(|e| failed("writing pg_hba.conf", e))?;
+        }
         let port = free_port().map_err(|e| failed("finding a free port", e))?;
         let log_file =
             std::fs::File::create(&log).map_err(|e| failed("creating the server log", e))?;
@@ -115,7 +132,12 @@ impl PgServer {
             .arg(&data)
             .args(["-p", &port.to_string(), "-k"])
             .arg(dir.path())
-            .args(["-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"])
+            .args([
+                "-c",
+                &format!("listen_addresses={listen}"),
+                "-c",
+                "fsync=off",
+            ])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log_file);
@@ -149,6 +171,7 @@ impl PgServer {
         }
         Ok(PgServer {
             child,
+            host: hub.map_or("127.0.0.1".into(), |h| h.to_string()),
             port,
             _dir: dir,
         })
@@ -157,8 +180,8 @@ impl PgServer {
     /// A connection string for user `postgres`, database `postgres`.
     pub fn url(&self) -> String {
         format!(
-            "host=127.0.0.1 port={} user=postgres dbname=postgres",
-            self.port
+            "host={} port={} user=postgres dbname=postgres",
+            self.host, self.port
         )
     }
 

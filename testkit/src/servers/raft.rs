@@ -3,7 +3,7 @@
 use super::cluster::{Cluster, Kind, Member};
 use super::{failed, free_port, retry_port_clash, ServerError, TempDir};
 use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
@@ -24,9 +24,11 @@ pub struct Raft {
 }
 
 /// A node's view of the cluster, as its `Status` answer gives it: (leader id, term).
-fn raft_status(port: u16) -> Option<(Option<u64>, u64)> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_millis(500))).ok()?;
+fn raft_status(m: &Member) -> Option<(Option<u64>, u64)> {
+    let addr: SocketAddr = m.address().parse().ok()?;
+    let limit = Duration::from_millis(500);
+    let mut s = TcpStream::connect_timeout(&addr, limit).ok()?;
+    s.set_read_timeout(Some(limit)).ok()?;
     let body = b"\"Status\"";
     let mut frame = (body.len() as u32).to_be_bytes().to_vec();
     frame.extend_from_slice(body);
@@ -61,14 +63,14 @@ impl Kind for Raft {
     }
 
     fn serving(&self, m: &Member) -> bool {
-        raft_status(m.client_port()).is_some()
+        raft_status(m).is_some()
     }
 
     /// The node that names itself leader in the highest term any running node reports.
     fn leader(&self, members: &[Member], running: &[usize]) -> Option<usize> {
         let views: Vec<(usize, Option<u64>, u64)> = running
             .iter()
-            .filter_map(|&i| raft_status(members[i].client_port()).map(|(l, t)| (i, l, t)))
+            .filter_map(|&i| raft_status(&members[i]).map(|(l, t)| (i, l, t)))
             .collect();
         let top = views.iter().map(|v| v.2).max()?;
         views
@@ -92,10 +94,29 @@ impl RaftCluster {
         extra: &[&str],
     ) -> Result<Self, ServerError> {
         let binary = binary.into();
-        retry_port_clash("raft", || Self::start_once(binary.clone(), size, extra))
+        retry_port_clash("raft", || {
+            Self::start_once(binary.clone(), size, extra, None)
+        })
     }
 
-    fn start_once(binary: PathBuf, size: usize, extra: &[&str]) -> Result<Self, ServerError> {
+    /// As [`RaftCluster::start`], node `i` in network node `first + i` (see [`crate::netns`]).
+    pub fn start_in_nodes(
+        binary: impl Into<PathBuf>,
+        size: usize,
+        first: u8,
+    ) -> Result<Self, ServerError> {
+        let binary = binary.into();
+        retry_port_clash("raft", || {
+            Self::start_once(binary.clone(), size, &[], Some(first))
+        })
+    }
+
+    fn start_once(
+        binary: PathBuf,
+        size: usize,
+        extra: &[&str],
+        first: Option<u8>,
+    ) -> Result<Self, ServerError> {
         if !binary.exists() {
             return Err(ServerError::Missing {
                 binary: binary.display().to_string(),
@@ -107,10 +128,12 @@ impl RaftCluster {
         for i in 1..=size {
             let port = free_port().map_err(|e| failed("finding a free port", e))?;
             let (data, log) = (format!("n{i}.data"), format!("n{i}.log"));
+            let node = super::node_for(first, i - 1)?;
             members.push(Member::new(
                 vec![port],
                 dir.path().join(data),
                 dir.path().join(log),
+                node,
             ));
         }
         let list = members
@@ -131,7 +154,7 @@ impl RaftCluster {
         )
     }
 
-    /// The nodes' addresses, `127.0.0.1:PORT`.
+    /// The nodes' addresses, `HOST:PORT`.
     pub fn nodes(&self) -> Vec<String> {
         self.members.iter().map(Member::address).collect()
     }

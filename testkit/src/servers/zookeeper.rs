@@ -105,7 +105,12 @@ impl ZkCluster {
         for i in 1..=size {
             let (data, log) = (format!("s{i}.data"), format!("s{i}.log"));
             let (data, log) = (dir.path().join(data), dir.path().join(log));
-            members.push(Member::new(vec![port()?, port()?, port()?], data, log));
+            members.push(Member::new(
+                vec![port()?, port()?, port()?],
+                data,
+                log,
+                None,
+            ));
         }
         let servers: String = match size {
             1 => String::new(),
