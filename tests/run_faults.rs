@@ -357,3 +357,25 @@ fn a_slow_supervisor_clock_needs_a_larger_drift() {
         -outside
     );
 }
+
+/// A waiter whose server is stopped (SIGSTOP) for longer than the lease runs its command on the
+/// grant it gets once the server is back: the grant counts from when its request was sent,
+/// after the reconnect, not from before the stall (which judged it too late: exit 76).
+#[test]
+fn a_wait_through_a_stopped_server_runs_on_the_grant_after_it() {
+    let Some(redis) = started_or_skip(
+        "run: wait through a stopped server",
+        RedisServer::start(false),
+    ) else {
+        return;
+    };
+    let pid = redis.pid().expect("running");
+    signal(pid, libc::SIGSTOP).unwrap();
+    let flags = redis_flags(&redis.url());
+    let run = run_cmd(&flags, "stopped-server", "2s", &["--wait", "30s"], "true");
+    std::thread::sleep(Duration::from_secs(4));
+    signal(pid, libc::SIGCONT).unwrap();
+    let out = run.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+}

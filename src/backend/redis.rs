@@ -161,6 +161,16 @@ impl Conn {
         operation: &'static str,
         invocation: redis::ScriptInvocation<'_>,
     ) -> Result<T, BackendError> {
+        Ok(self.run_sent(operation, invocation).await?.0)
+    }
+
+    /// As [`Conn::run`], with the instant the request was sent: after any reconnect, so that a
+    /// lease is not counted from before a server that was down (or stopped) could see it.
+    async fn run_sent<T: redis::FromRedisValue>(
+        &self,
+        operation: &'static str,
+        invocation: redis::ScriptInvocation<'_>,
+    ) -> Result<(T, Instant), BackendError> {
         let mut slot = self.cached.lock().await;
         if slot.as_ref().is_some_and(Dedicated::interrupted) {
             *slot = None;
@@ -182,8 +192,9 @@ impl Conn {
             }
         };
         // The connection bounds every reply by `response_timeout` itself.
+        let sent_at = Instant::now();
         match invocation.invoke_async::<T>(conn).await {
-            Ok(v) => Ok(v),
+            Ok(v) => Ok((v, sent_at)),
             Err(e) => {
                 // An I/O error, a timeout or a reply that is not RESP leaves the connection
                 // interrupted, and the next call throws it away; a server's error reply does not.
@@ -322,8 +333,8 @@ impl LockService for RedisLock {
             .arg(owner)
             .arg(self.ttl_ms())
             .arg(self.seen.load(Ordering::Acquire));
-        let sent_at = Instant::now();
-        let (status, value, pttl): (i64, String, i64) = self.conn.run("acquire", inv).await?;
+        let ((status, value, pttl), sent_at): ((i64, String, i64), _) =
+            self.conn.run_sent("acquire", inv).await?;
         match status {
             1 => {
                 let token = parse_token("acquire", &value)?;
@@ -356,8 +367,7 @@ impl LockService for RedisLock {
     async fn extend(&self, owner: &str, token: Token) -> Result<Option<Grant>, BackendError> {
         let mut inv = EXTEND.key(&self.lock_key);
         inv.arg(held_value(owner, token)).arg(self.ttl_ms());
-        let sent_at = Instant::now();
-        let done: i64 = self.conn.run("extend", inv).await?;
+        let (done, sent_at): (i64, _) = self.conn.run_sent("extend", inv).await?;
         Ok((done == 1).then(|| Grant {
             token,
             owner: owner.to_string(),
