@@ -526,25 +526,22 @@ fn commands_that_talk_to_servers_ignore_sigpipe_and_printing_ones_do_not() {
             .spawn()
             .expect("start fencecheck")
     };
-    let mut worker = spawn(&[
-        "torture-worker",
-        "--lock",
-        "redis://127.0.0.1:1",
-        "--pg-url",
-        &pg_url,
-        "--table",
-        "t",
-        "--name",
-        "n",
-        "--owner",
-        "w1",
-        "--ttl-ms",
-        "1000",
-        "--increments",
-        "1",
-        "--think-ms",
-        "0",
-    ]);
+    let mut worker = fencecheck_command(&["torture-worker"])
+        .envs([
+            ("FENCECHECK_LOCK", "redis://127.0.0.1:1"),
+            ("FENCECHECK_PG", pg_url.as_str()),
+            ("FENCECHECK_TABLE", "t"),
+            ("FENCECHECK_NAME", "n"),
+            ("FENCECHECK_OWNER", "w1"),
+            ("FENCECHECK_TTL_MS", "1000"),
+            ("FENCECHECK_INCREMENTS", "1"),
+            ("FENCECHECK_THINK_MS", "0"),
+            ("FENCECHECK_FENCE", "1"),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start fencecheck");
     // Once the worker connects to its (silent) PostgreSQL, main is long past the set-up.
     let started = Instant::now();
     let _conn = loop {

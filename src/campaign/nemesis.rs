@@ -16,8 +16,8 @@ pub enum Nemesis {
     /// holder's stop forwarding (connections stay open; bytes wait).
     Stall,
     /// kill -9 the lock server (a cluster's leader) while a worker holds the lease and start it
-    /// again, the holder stopped (SIGSTOP) meanwhile and for as long as a pause after the
-    /// restart: the restarted
+    /// again, the holder stopped (SIGSTOP) meanwhile and after the restart until a successor has
+    /// sent its write (at most eight pauses): the restarted
     /// service must still know the lease, let it run out, and hand the successor a larger token.
     /// Only servers the campaign's caller started and can restart.
     KillServer,

@@ -14,7 +14,7 @@ use fencecheck_testkit::signal;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -22,8 +22,12 @@ use std::time::Duration;
 /// How long a trial's workers may take before the trial is abandoned.
 const TRIAL_LIMIT_US: u64 = 180_000_000;
 
-/// How many pauses a partition lasts at most when no successor's write ends it sooner.
-const PARTITION_AT_MOST: u64 = 8;
+/// How often a trial looks whether the campaign is to stop.
+const CHECK_STOP: Duration = Duration::from_millis(200);
+
+/// How many pauses a partition (or a holder stopped through a server's restart) lasts at most
+/// when no successor's write ends it sooner.
+const HANDOVER_AT_MOST: u64 = 8;
 
 /// What a trial runs against.
 pub(super) struct Setup<'a> {
@@ -44,6 +48,8 @@ pub(super) struct Setup<'a> {
     pub(super) exe: &'a Path,
     /// Each worker's network node, for the partition nemesis (empty otherwise).
     pub(super) nodes: &'a [Node],
+    /// Set when the campaign is to stop.
+    pub(super) stop: &'a AtomicBool,
 }
 
 /// A trial's running workers: processes, or threads on the in-process lock.
@@ -160,22 +166,21 @@ fn start(setup: &Setup, i: u32, overshoot: Duration) -> Result<Workers, Campaign
             workers.threads.push(thread);
             continue;
         };
+        // One worker protocol: the job in the environment, for fencecheck's worker and a user's.
         let mut cmd = match &s.worker_cmd {
             // The command replaces the shell, so that pause and kill reach it.
             Some(user) => {
                 let mut c = Command::new("sh");
-                c.arg("-c").arg(format!("exec {user}")).envs(job.env(&spec));
+                c.arg("-c").arg(format!("exec {user}"));
                 c
             }
             None => {
                 let mut c = Command::new(setup.exe);
-                c.arg("torture-worker")
-                    .args(["--lock".to_string(), spec.to_string()])
-                    .args(job.flags());
+                c.arg("torture-worker");
                 c
             }
         };
-        cmd.stdout(Stdio::piped());
+        cmd.envs(job.env(&spec)).stdout(Stdio::piped());
         if setup.nemesis == Nemesis::Partition {
             setup.nodes[w].enter(&mut cmd);
         }
@@ -252,6 +257,12 @@ fn watch(
     let give_up = monotonic_us() + TRIAL_LIMIT_US;
     while open > 0 {
         let now = monotonic_us();
+        if setup.stop.load(Ordering::SeqCst) {
+            if let Some(h) = holding.take() {
+                let _ = end_fault(&h, setup, workers, servers, fault_name, now);
+            }
+            return Err(CampaignError::Interrupted { trial: i + 1 });
+        }
         if now > give_up {
             return Err(CampaignError::Unavailable(format!(
                 "trial {}: the workers did not finish within {} s",
@@ -266,8 +277,9 @@ fn watch(
         }
         let wait = match &holding {
             Some(h) => Duration::from_micros(h.until.saturating_sub(now)),
-            None => Duration::from_millis(200),
-        };
+            None => CHECK_STOP,
+        }
+        .min(CHECK_STOP);
         let line = match workers.rx.recv_timeout(wait) {
             Ok(Some(line)) => line,
             Ok(None) => {
@@ -297,11 +309,13 @@ fn watch(
             holding = strike(setup, line.worker, lasting, workers, servers, &mut faults)?;
         }
         if let Some(h) = &mut holding {
-            // A partition heals once a successor has sent its write (plus the overshoot): the
-            // handover it forced is what the trial is for. (Not once the write is answered: the
-            // holder cut off inside its transaction keeps the row locked until it is healed.)
+            // A partition heals, and a holder stopped through a server's restart resumes, once
+            // a successor has sent its write (plus the overshoot): the handover it forced is
+            // what the trial is for, however long the service took to get there. (Not once the
+            // write is answered: a holder stopped inside its transaction keeps the row locked.)
             let successor = line.worker != h.worker && line.text.starts_with("write-sent ");
-            if nemesis == Nemesis::Partition && successor {
+            let waits = matches!(nemesis, Nemesis::Partition | Nemesis::KillServer);
+            if waits && successor {
                 h.until = h.until.min(line.at.max(now) + overshoot.as_micros() as u64);
             }
         }
@@ -354,12 +368,13 @@ fn strike(
                     to: monotonic_us(),
                 });
             }
-            // Counted from the restart, and twice as long: a cluster renews every lease when a
-            // new leader takes over (etcd, ZooKeeper), which may come after the killed member
-            // serves again, so the holder's lease runs out only a TTL after that.
+            // Until a successor sends its write (see `watch`), at most eight pauses from the
+            // restart: a cluster renews every lease when a new leader takes over (etcd,
+            // ZooKeeper), which may come after the killed member serves again, so the holder's
+            // lease runs out only a TTL after that.
             let restarted = monotonic_us();
             Ok(stopped.then_some(Holding {
-                until: restarted + 2 * lasting.as_micros() as u64,
+                until: restarted + HANDOVER_AT_MOST * lasting.as_micros() as u64,
                 ..holding
             }))
         }
@@ -373,7 +388,7 @@ fn strike(
             let leader =
                 leader.map_err(|e| CampaignError::Unavailable(format!("partition: {e}")))?;
             Ok(Some(Holding {
-                until: from + PARTITION_AT_MOST * lasting.as_micros() as u64,
+                until: from + HANDOVER_AT_MOST * lasting.as_micros() as u64,
                 leader,
                 ..holding
             }))

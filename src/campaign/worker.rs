@@ -44,45 +44,79 @@ pub struct Job {
     pub no_fence: bool,
 }
 
-impl Job {
-    /// The job as `torture-worker` flags.
-    pub fn flags(&self) -> Vec<String> {
-        let mut flags: Vec<String> = [
-            ("--pg-url", self.pg_url.clone()),
-            ("--table", self.table.clone()),
-            ("--name", self.name.clone()),
-            ("--owner", self.owner.clone()),
-            ("--ttl-ms", self.ttl_ms.to_string()),
-            ("--increments", self.increments.to_string()),
-            ("--think-ms", self.think_ms.to_string()),
-        ]
-        .into_iter()
-        .flat_map(|(flag, value)| [flag.to_string(), value])
-        .collect();
-        if self.no_fence {
-            flags.push("--no-fence".into());
-        }
-        flags
-    }
-}
+/// The environment variables of the worker protocol, in the order [`Job::env`] gives them.
+const VARS: [&str; 9] = [
+    "FENCECHECK_LOCK",
+    "FENCECHECK_PG",
+    "FENCECHECK_TABLE",
+    "FENCECHECK_NAME",
+    "FENCECHECK_OWNER",
+    "FENCECHECK_TTL_MS",
+    "FENCECHECK_INCREMENTS",
+    "FENCECHECK_THINK_MS",
+    "FENCECHECK_FENCE",
+];
 
 impl Job {
-    /// The job as an external worker's environment (`--worker-cmd`): the lock service as one
-    /// string (`redis://HOST:PORT`, `etcd://...`, `zk://...`, `raft://...`), the PostgreSQL
+    /// The job as a worker's environment: the worker protocol, the same for fencecheck's own
+    /// worker (`torture-worker`) and a user's (`--worker-cmd`). The lock service as one string
+    /// (`redis://HOST:PORT`, `etcd://...`, `zk://...`, `raft://...`), the PostgreSQL
     /// connection string, the counter's table and key, the owner name to print, the TTL, the
     /// increments, the think time, and whether to write with the token.
     pub fn env(&self, lock: &LockSpec) -> Vec<(&'static str, String)> {
-        vec![
-            ("FENCECHECK_LOCK", lock.to_string()),
-            ("FENCECHECK_PG", self.pg_url.clone()),
-            ("FENCECHECK_TABLE", self.table.clone()),
-            ("FENCECHECK_NAME", self.name.clone()),
-            ("FENCECHECK_OWNER", self.owner.clone()),
-            ("FENCECHECK_TTL_MS", self.ttl_ms.to_string()),
-            ("FENCECHECK_INCREMENTS", self.increments.to_string()),
-            ("FENCECHECK_THINK_MS", self.think_ms.to_string()),
-            ("FENCECHECK_FENCE", u8::from(!self.no_fence).to_string()),
-        ]
+        let values = [
+            lock.to_string(),
+            self.pg_url.clone(),
+            self.table.clone(),
+            self.name.clone(),
+            self.owner.clone(),
+            self.ttl_ms.to_string(),
+            self.increments.to_string(),
+            self.think_ms.to_string(),
+            u8::from(!self.no_fence).to_string(),
+        ];
+        VARS.into_iter().zip(values).collect()
+    }
+
+    /// The lock service and the job from a worker's environment, as [`Job::env`] sets it
+    /// (`var` reads one variable). An error names the variable and what was expected.
+    pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<(LockSpec, Job), String> {
+        let get = |name: &str| {
+            var(name).ok_or_else(|| {
+                format!(
+                    "{name} is not set: a torture worker takes its job from FENCECHECK_* variables"
+                )
+            })
+        };
+        let number = |name: &str| -> Result<u64, String> {
+            let text = get(name)?;
+            text.trim()
+                .parse()
+                .map_err(|_| format!("{name}={text:?}: expected a whole number"))
+        };
+        let lock = get(VARS[0])?;
+        let lock: LockSpec = lock
+            .parse()
+            .map_err(|e| format!("{}={lock:?}: {e}", VARS[0]))?;
+        let increments = u32::try_from(number(VARS[6])?)
+            .map_err(|_| format!("{}: expected at most {}", VARS[6], u32::MAX))?;
+        let fence = get(VARS[8])?;
+        let no_fence = match fence.trim() {
+            "1" => false,
+            "0" => true,
+            _ => return Err(format!("{}={fence:?}: expected 1 or 0", VARS[8])),
+        };
+        let job = Job {
+            pg_url: get(VARS[1])?,
+            table: get(VARS[2])?,
+            name: get(VARS[3])?,
+            owner: get(VARS[4])?,
+            ttl_ms: number(VARS[5])?,
+            increments,
+            think_ms: number(VARS[7])?,
+            no_fence,
+        };
+        Ok((lock, job))
     }
 }
 
@@ -362,4 +396,63 @@ fn emit(text: &str) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{} {text}", monotonic_us());
     let _ = out.flush();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn job() -> Job {
+        Job {
+            pg_url: "host=10.200.0.1 port=5432 user=postgres dbname=postgres".into(),
+            table: "fencecheck_torture".into(),
+            name: "torture-1-0".into(),
+            owner: "w2".into(),
+            ttl_ms: 300,
+            increments: 3,
+            think_ms: 60,
+            no_fence: true,
+        }
+    }
+
+    #[test]
+    fn a_job_reads_back_from_the_environment_it_sets() {
+        let lock: LockSpec = "raft://127.0.0.1:7001,127.0.0.1:7002".parse().unwrap();
+        let env: HashMap<&str, String> = job().env(&lock).into_iter().collect();
+        let (read_lock, read_job) = Job::from_env(|k| env.get(k).cloned()).unwrap();
+        assert_eq!((read_lock, read_job), (lock, job()));
+    }
+
+    #[test]
+    fn a_bad_or_missing_variable_is_named() {
+        let lock: LockSpec = "redis://127.0.0.1:6379".parse().unwrap();
+        let env: HashMap<&str, String> = job().env(&lock).into_iter().collect();
+        for (var, value, expected) in [
+            (
+                "FENCECHECK_FENCE",
+                Some("yes"),
+                "FENCECHECK_FENCE=\"yes\": expected 1 or 0",
+            ),
+            (
+                "FENCECHECK_TTL_MS",
+                Some("3s"),
+                "FENCECHECK_TTL_MS=\"3s\": expected a whole number",
+            ),
+            (
+                "FENCECHECK_LOCK",
+                Some("ftp://x"),
+                "FENCECHECK_LOCK=\"ftp://x\": ",
+            ),
+            ("FENCECHECK_OWNER", None, "FENCECHECK_OWNER is not set"),
+        ] {
+            let mut env = env.clone();
+            match value {
+                Some(v) => env.insert(var, v.to_string()),
+                None => env.remove(var),
+            };
+            let err = Job::from_env(|k| env.get(k).cloned()).unwrap_err();
+            assert!(err.starts_with(expected), "{var}: {err}");
+        }
+    }
 }

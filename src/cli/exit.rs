@@ -24,6 +24,11 @@ pub(super) const LEASE_LOST: u8 = 76;
 #[cfg_attr(not(feature = "backends"), allow(dead_code))]
 pub(super) const TOKEN_RESET: u8 = 78;
 
+/// Stopped by signal N (SIGINT, SIGTERM) after cleaning up: 128 + N, as a shell reports a
+/// command the signal ended.
+#[cfg_attr(not(feature = "backends"), allow(dead_code))]
+pub(super) const INTERRUPTED_BASE: u8 = 128;
+
 /// The status as a process exit code.
 pub(super) fn code(status: u8) -> ExitCode {
     ExitCode::from(status)

@@ -14,6 +14,7 @@ use fencecheck::campaign::{
 use fencecheck::check::campaign::worst;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::time::Duration;
 
 #[derive(Debug, Args)]
@@ -72,29 +73,10 @@ pub(super) struct TortureArgs {
     report: Option<PathBuf>,
 }
 
-/// One worker of a trial (started by `torture`, not by hand).
+/// One worker of a trial (started by `torture`, not by hand): its job comes in FENCECHECK_*
+/// variables, the protocol a `--worker-cmd` worker follows too (docs/campaign.md).
 #[derive(Debug, Args)]
-pub(super) struct WorkerArgs {
-    /// The lock service, as one string (`redis://...`, `etcd://...`, `zk://...`, `raft://...`).
-    #[arg(long, value_name = "SPEC")]
-    lock: LockSpec,
-    #[arg(long)]
-    pg_url: String,
-    #[arg(long)]
-    table: String,
-    #[arg(long)]
-    name: String,
-    #[arg(long)]
-    owner: String,
-    #[arg(long)]
-    ttl_ms: u64,
-    #[arg(long)]
-    increments: u32,
-    #[arg(long)]
-    think_ms: u64,
-    #[arg(long)]
-    no_fence: bool,
-}
+pub(super) struct WorkerArgs {}
 
 impl ServerControl for Started {
     fn kill_and_restart(&mut self) -> Result<Option<String>, String> {
@@ -121,6 +103,39 @@ fn failed(e: CampaignError) -> ExitCode {
         CampaignError::Unavailable(m) => {
             eprintln!("error: {m}");
             exit::code(exit::UNAVAILABLE)
+        }
+        CampaignError::Interrupted { trial } => {
+            let sig = STOPPED_BY.load(Ordering::SeqCst);
+            eprintln!(
+                "interrupted by signal {sig} during trial {trial}: its workers were killed and \
+                 the servers torture started are stopped; the trials before it are reported"
+            );
+            exit::code(exit::INTERRUPTED_BASE.saturating_add(sig.clamp(0, 127) as u8))
+        }
+    }
+}
+
+/// The signal that asked the campaign to stop (0: none yet).
+static STOPPED_BY: AtomicI32 = AtomicI32::new(0);
+/// Set by the handler: the campaign abandons its trial and returns, so that the servers torture
+/// started are stopped on the way out rather than left running.
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_stop_signal(sig: libc::c_int) {
+    // Only atomics: async-signal-safe.
+    STOPPED_BY.store(sig, Ordering::SeqCst);
+    STOP.store(true, Ordering::SeqCst);
+}
+
+/// SIGINT, SIGTERM and SIGHUP stop the campaign in an orderly way (see [`STOP`]).
+fn stop_on_signals() {
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: the handler only stores to atomics; installing it changes nothing else.
+        unsafe {
+            libc::signal(
+                sig,
+                on_stop_signal as extern "C" fn(libc::c_int) as libc::sighandler_t,
+            );
         }
     }
 }
@@ -151,6 +166,7 @@ pub(super) fn run(args: TortureArgs) -> Result<ExitCode, UsageError> {
     if let Some(dir) = &args.report {
         writable(dir)?;
     }
+    stop_on_signals();
     let mut started = if settings.nemeses.contains(&Nemesis::Partition) {
         match partition_switch(&args) {
             Ok(()) => Started::in_nodes(fencecheck::campaign::SERVER_NODES),
@@ -209,7 +225,7 @@ pub(super) fn run(args: TortureArgs) -> Result<ExitCode, UsageError> {
             unstored = store_trial(dir, &t).err();
         }
     };
-    let outcome = match campaign.run(&mut started, &mut done) {
+    let outcome = match campaign.run(&mut started, &mut done, &STOP) {
         Ok(outcome) => outcome,
         Err(e) => return Ok(failed(e)),
     };
@@ -324,19 +340,11 @@ fn write_report(dir: &Path, title: &str, o: &Outcome) -> Result<(), UsageError> 
     Ok(())
 }
 
-/// The worker: `increments` times, take the lease and add one to the counter under it.
-pub(super) fn worker(args: WorkerArgs) -> Result<ExitCode, UsageError> {
-    let job = Job {
-        pg_url: args.pg_url,
-        table: args.table,
-        name: args.name,
-        owner: args.owner,
-        ttl_ms: args.ttl_ms,
-        increments: args.increments,
-        think_ms: args.think_ms,
-        no_fence: args.no_fence,
-    };
-    match run_worker(args.lock, &job) {
+/// The worker: `increments` times, take the lease and add one to the counter under it; the job
+/// from the environment.
+pub(super) fn worker(_: WorkerArgs) -> Result<ExitCode, UsageError> {
+    let (lock, job) = Job::from_env(|k| std::env::var(k).ok()).map_err(UsageError)?;
+    match run_worker(lock, &job) {
         Ok(()) => Ok(ExitCode::SUCCESS),
         Err(e) => Ok(failed(e)),
     }
