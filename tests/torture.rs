@@ -1,8 +1,8 @@
 //! `fencecheck torture` on real servers: a short campaign per backend (worker processes adding
 //! to a PostgreSQL counter under the lease; per trial one fault by turns: a holder SIGSTOPped
 //! past its lease, cut off from the lock service and the database by its proxies, the lock
-//! server killed and restarted, a worker's clock at a quarter speed; on etcd and Raft clusters in
-//! network namespaces, the holder and the leader cut off) keeps every increment, the
+//! server killed and restarted, a worker's clock at a quarter speed; on etcd, ZooKeeper and Raft
+//! clusters in network namespaces, the holder and the leader cut off) keeps every increment, the
 //! lease order, a trace the model explains and a linearizable register history; the unfenced
 //! control loses increments and exits 1. Pause, stall and partition strike (a write refused, or work going
 //! on after a later grant) in at least 80 % of their trials, fenced or not, and at least 80 % of
@@ -320,6 +320,15 @@ fn partitions_of_an_etcd_cluster_strike_and_the_unfenced_control_breaks_rules() 
         return;
     }
     partitions_strike("etcd", "1000");
+}
+
+#[test]
+fn partitions_of_a_zookeeper_ensemble_strike_and_the_unfenced_control_breaks_rules() {
+    let needs = ["zookeeper", "postgresql", "ip"];
+    if !servers_present("torture partition (zookeeper)", &needs) {
+        return;
+    }
+    partitions_strike("zookeeper", "400");
 }
 
 #[test]

@@ -145,12 +145,15 @@ impl Settings {
             }
         }
         if self.nemeses.contains(&Nemesis::Partition) {
-            let cluster = matches!(lock, Some(LockSpec::Etcd { .. } | LockSpec::Raft { .. }));
+            let cluster = matches!(
+                lock,
+                Some(LockSpec::Etcd { .. } | LockSpec::Zookeeper { .. } | LockSpec::Raft { .. })
+            );
             if !cluster || !restartable {
                 return Err(CampaignError::Settings(
                     "--nemesis partition cuts a cluster's leader off from its peers, inside \
                      network namespaces torture makes for the servers it starts: expected --lock \
-                     etcd or raft (a kind alone, not an address)"
+                     etcd, zk or raft (a kind alone, not an address)"
                         .into(),
                 ));
             }

@@ -102,7 +102,11 @@ impl Started {
 
     /// Starts a ZooKeeper ensemble of `servers`; its connect string.
     pub(super) fn zk_with(&mut self, servers: usize) -> Result<String, UsageError> {
-        let cluster = ZkCluster::start(servers).map_err(failed)?;
+        let cluster = match self.nodes {
+            Some(first) => ZkCluster::start_in_nodes(servers, first),
+            None => ZkCluster::start(servers),
+        }
+        .map_err(failed)?;
         let connect = cluster.connect_string();
         println!("started a throwaway ZooKeeper on {connect}");
         self.zk = Some(cluster);
@@ -151,22 +155,10 @@ impl Started {
     /// Cuts the leader of the cluster this command started in network nodes off from every
     /// other node; says which it was. `None` when no cluster runs in nodes (or none leads).
     pub(super) fn isolate_leader(&mut self) -> Result<Option<String>, UsageError> {
-        fn leader<K: Kind>(c: &Cluster<K>, what: &str) -> Option<(usize, String)> {
-            let i = c.leader()?;
-            c.node(i)?;
-            Some((i, format!("{what} {} of {} (the leader)", i + 1, c.size())))
-        }
-        let found = match (&self.etcd, &self.raft) {
-            (Some(c), _) => leader(c, "etcd member"),
-            (_, Some(c)) => leader(c, "raft node"),
-            _ => None,
-        };
-        let Some((i, which)) = found else {
+        let Some((i, node, which)) = self.leader_node() else {
             return Ok(None);
         };
-        self.member_node(i)
-            .map_or(Ok(()), Node::isolate)
-            .map_err(failed)?;
+        node.isolate().map_err(failed)?;
         self.isolated = Some(i);
         Ok(Some(which))
     }
@@ -181,10 +173,27 @@ impl Started {
         Ok(())
     }
 
+    /// The leader of the cluster this command started in network nodes: its index, its node and
+    /// what to call it.
+    fn leader_node(&self) -> Option<(usize, &Node, String)> {
+        fn leader<'a, K: Kind>(c: &'a Cluster<K>, what: &str) -> Option<(usize, &'a Node, String)> {
+            let i = c.leader()?;
+            let which = format!("{what} {} of {} (the leader)", i + 1, c.size());
+            Some((i, c.node(i)?, which))
+        }
+        match (&self.etcd, &self.zk, &self.raft) {
+            (Some(c), _, _) => leader(c, "etcd member"),
+            (_, Some(c), _) => leader(c, "ZooKeeper server"),
+            (_, _, Some(c)) => leader(c, "raft node"),
+            _ => None,
+        }
+    }
+
     fn member_node(&self, i: usize) -> Option<&Node> {
-        match (&self.etcd, &self.raft) {
-            (Some(c), _) => c.node(i),
-            (_, Some(c)) => c.node(i),
+        match (&self.etcd, &self.zk, &self.raft) {
+            (Some(c), _, _) => c.node(i),
+            (_, Some(c), _) => c.node(i),
+            (_, _, Some(c)) => c.node(i),
             _ => None,
         }
     }

@@ -47,7 +47,7 @@ pub(super) struct TortureArgs {
     /// lock service and the database as long; kill-server: kill -9 the lock server (a
     /// cluster's leader) and restart it while the holder is stopped past its lease;
     /// partition: drop the holder's and the cluster leader's packets until a successor writes
-    /// (etcd and raft clusters torture starts, in network namespaces of its own; root);
+    /// (etcd, ZooKeeper and raft clusters torture starts, in network namespaces of its own; root);
     /// clock-skew: one worker's clocks at a quarter speed (libfaketime). The totals say how
     /// often each struck.
     #[arg(
@@ -189,7 +189,7 @@ pub(super) fn run(args: TortureArgs) -> Result<ExitCode, UsageError> {
                 endpoints: started.etcd_with(if kills || partitions { 3 } else { 1 })?,
             }),
             Kind::Zookeeper => Some(LockSpec::Zookeeper {
-                connect: started.zk_with(if kills { 3 } else { 1 })?,
+                connect: started.zk_with(if kills || partitions { 3 } else { 1 })?,
             }),
             Kind::Raft => Some(LockSpec::Raft {
                 nodes: started.raft()?,
