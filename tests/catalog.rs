@@ -114,6 +114,8 @@ fn pinned_state_counts_at_two_sizes() {
         ("keepalive-slow-clock", 2, 64_149),
         ("keepalive-stale-release", 2, 1_077_032),
         ("keepalive-silent-reacquire", 2, 40_433),
+        ("keepalive-healthy", 2, 2_934),
+        ("keepalive-third-cadence", 2, 1_360),
         ("k8s-lease", 2, 248_042),
         ("k8s-lease-long-request", 2, 298_522),
         ("k8s-lease-prompt", 2, 185_003),
@@ -217,6 +219,9 @@ fn shortest_counterexamples_at_the_defaults() {
          "t=0: supervisor reads the grant sent at its clock 0: deadline 2, SIGTERM at 1, SIGKILL at 2; starts the work and its child"),
         ("keepalive-slow-clock", "work_stopped_before_successor", 9,
          "t=4: successor takes the lease (token 2) until t=8"),
+        // A healthy job stopped before its first renewal was due.
+        ("keepalive-third-cadence", "healthy_work_not_stopped", 6,
+         "t=2: supervisor's clock reads 2: SIGTERM to the work's process group"),
         // Kubernetes: a slow reply, a fast clock, a late write.
         ("k8s-lease", "single_leader", 11,
          "the reply reaches candidate-1 (clock 4): it leads with token 3 until clock 7 (retryPeriod + renewDeadline after this reply); sends a write with token 3"),
@@ -346,6 +351,19 @@ fn negative_controls_flip_the_verdicts() {
         verdict(&reacquire, "work_stopped_before_successor"),
         Verdict::Holds
     );
+    // On a healthy service the library's renewal schedule keeps a job with a long grace
+    // running; renewals every third of the TTL let its stop come first.
+    let healthy = run("keepalive-healthy", None, None);
+    assert_eq!(
+        verdict(&healthy, "healthy_work_not_stopped"),
+        Verdict::Holds
+    );
+    assert_eq!(verdict(&healthy, "renewal_extends"), Verdict::Holds);
+    let third = run("keepalive-third-cadence", None, None);
+    assert_eq!(
+        verdict(&third, "healthy_work_not_stopped"),
+        Verdict::Violated
+    );
     // Within one model: the fenced storage holds where the plain one fails.
     let cbw = run("check-before-write", None, None);
     assert_eq!(
@@ -360,7 +378,7 @@ fn negative_controls_flip_the_verdicts() {
 
 #[test]
 fn the_whole_catalog_is_checked_and_every_verdict_matches() {
-    assert_eq!(catalog().len(), 36);
+    assert_eq!(catalog().len(), 38);
     for entry in catalog() {
         let r = (entry.check)(&(entry.defaults)(), &Options::default(), &mut |_| {})
             .expect("the checker accepts the model");

@@ -209,7 +209,7 @@ fn the_catalog_is_checked_at_the_size_asked() {
     assert_eq!(out.status.code(), Some(0), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(
-        err.starts_with("check: --clients 1: 3 of 36 models checked; skipped, declared for other sizes: ttl-only (2-6), fenced (2-6),"),
+        err.starts_with("check: --clients 1: 3 of 38 models checked; skipped, declared for other sizes: ttl-only (2-6), fenced (2-6),"),
         "{err}"
     );
     assert!(text.contains("15 of 15 verdicts match"), "{text}");
@@ -228,13 +228,13 @@ fn the_catalog_is_checked_at_the_size_asked() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let skipped = doc["skipped"].as_array().expect("a skipped list");
-    assert_eq!(skipped.len(), 33, "{skipped:?}");
+    assert_eq!(skipped.len(), 35, "{skipped:?}");
     assert_eq!(skipped[0]["model"], "ttl-only");
     assert_eq!(skipped[0]["reason"], "declared for 2-6 clients, not 1");
     let xml = std::fs::read_to_string(&junit).unwrap();
     assert_eq!(
         xml.matches("<skipped message=\"declared for").count(),
-        33,
+        35,
         "{xml}"
     );
     let _ = std::fs::remove_file(&junit);

@@ -21,15 +21,25 @@
 //! | `keepalive-slow-clock` | the supervisor's clock runs slower than the drift margin allows | clock-rate bounds in every lease paper |
 //! | `keepalive-stale-release` | a retried release names the owner, not the lease, and frees its next lease | etcd#22082 |
 //!
+//! `healthy_work_not_stopped` — the work is never asked to stop by its lease's timer — is the
+//! other side of a stop inside the lease: a healthy service must not see a job stopped for want of
+//! a renewal the supervisor never sent in time. It holds in `keepalive-healthy`, where the service
+//! answers every request before time moves on and the supervisor renews on the library's own
+//! schedule ([`crate::protocol::Schedule`], [`crate::protocol::Renewals`]) with a grace of two
+//! thirds of the TTL; `keepalive-third-cadence` renews every third of the TTL whatever the grace
+//! (`fencecheck run` before its schedule fitted the grace) and the job is stopped before its first
+//! renewal is due. Everywhere else a renewal may be delayed past the stop, and it is violated.
+//!
 //! `keepalive-silent-reacquire` (an extend that takes an expired lease again, redis-semaphore#175)
 //! is exercised but harmless here: the reply arrives after the server's expiry, so after the
 //! holder's send-time deadline, by which the work has been killed.
-use super::{meaning, prop, Declared, Declares, Expect, Params};
-use crate::protocol::{Fence, LeaseOrder, LeaseTable, StopPolicy, StopTimer, Token};
-use stateright::Expectation;
+use super::Params;
+use crate::protocol::{Fence, LeaseOrder, LeaseTable, Phase, Renewals, Schedule, StopPolicy};
+use crate::protocol::{StopTimer, Token};
 use std::time::Duration;
 
 mod narrate;
+mod properties;
 mod step;
 
 /// The mistake built into a sibling.
@@ -55,6 +65,15 @@ pub enum Flaw {
     /// A renewal that reaches the service after the lease expired takes the lease again instead
     /// of being refused.
     SilentReacquire,
+    /// Renewals every third of the TTL whatever the grace, on a healthy service.
+    ThirdOfTtl,
+}
+
+impl Flaw {
+    /// Whether the work still stops inside its lease with this mistake.
+    fn stops_in_time(self) -> bool {
+        matches!(self, Flaw::None | Flaw::SilentReacquire | Flaw::ThirdOfTtl)
+    }
 }
 
 /// The model. Times are in ticks.
@@ -74,6 +93,12 @@ pub struct KeepaliveModel {
     pub renewals: u8,
     /// Jobs the supervisor runs one after another, each under its own lease.
     pub jobs: u8,
+    /// When the supervisor renews: `None` at any moment (which covers every cadence), or on the
+    /// library's renewal timer ([`Renewals`]) with this period, before time moves on once due.
+    pub every: Option<Duration>,
+    /// Whether the service answers each acquire and renewal, and the supervisor reads the
+    /// answer, before time moves on (a healthy service); else either may take any time.
+    pub prompt: bool,
     /// The mistake built in.
     pub flaw: Flaw,
 }
@@ -91,8 +116,45 @@ impl KeepaliveModel {
             horizon: 9,
             renewals: 1,
             jobs: if flaw == Flaw::StaleRelease { 2 } else { 1 },
+            every: None,
+            prompt: false,
             flaw,
         }
+    }
+
+    /// The holder on a healthy service (it answers at once; the supervisor's clock keeps up and
+    /// is never paused), with a grace of two thirds of the TTL: TTL 9, drift margin 1, grace 6,
+    /// 9 ticks. It renews on the library's schedule for those margins ([`Schedule::new`]), or
+    /// with [`Flaw::ThirdOfTtl`] every third of the TTL.
+    pub fn healthy(flaw: Flaw) -> Self {
+        let (ttl, drift, grace) = (9, 1, 6);
+        let every = if flaw == Flaw::ThirdOfTtl {
+            crate::protocol::renew_every(ticks(ttl))
+        } else {
+            Schedule::new(ticks(ttl), None, Some(ticks(drift)), Some(ticks(grace)))
+                .expect("the healthy model's margins fit in the TTL")
+                .every
+        };
+        KeepaliveModel {
+            ttl,
+            drift,
+            grace,
+            max_lag: 0,
+            horizon: 9,
+            renewals: 9,
+            jobs: 1,
+            every: Some(every),
+            prompt: true,
+            flaw,
+        }
+    }
+
+    /// The renewal timer of a lease granted to a request sent at `sent`, when the supervisor
+    /// renews on one.
+    fn renewing(&self, sent: u8) -> Option<Renewals> {
+        let every = self.every?;
+        let (ttl, drift) = (ticks(self.ttl), ticks(self.drift));
+        Some(Renewals::new(ttl, drift, every, ticks(u64::from(sent))))
     }
 
     fn policy(&self) -> StopPolicy {
@@ -172,6 +234,8 @@ pub enum Supervisor {
         token: Token,
         /// Renewals it may still send.
         renewals: u8,
+        /// The library's renewal timer, when the model renews on one.
+        renewing: Option<Renewals>,
     },
 }
 
@@ -257,6 +321,28 @@ impl KaState {
         self.work.alive() || self.child.alive()
     }
 
+    /// Whether the supervisor's renewal timer is due now (and a renewal may be sent).
+    fn renewal_due(&self) -> bool {
+        let Supervisor::Holding {
+            holder,
+            renewals,
+            renewing,
+            ..
+        } = self.supervisor
+        else {
+            return false;
+        };
+        let idle = holder.phase() == Phase::Working && renewals > 0 && self.renew == Msg::None;
+        idle && renewing.is_none_or(|r| r.next_at() <= ticks(u64::from(self.local())))
+    }
+
+    /// Whether a healthy service owes an answer, or the supervisor a reaction, before time moves
+    /// on.
+    fn urgent(&self, m: &KeepaliveModel) -> bool {
+        let answer = self.acquire != Msg::None || self.renew != Msg::None;
+        m.prompt && (answer || (m.every.is_some() && self.renewal_due()))
+    }
+
     /// The supervisor's next timer step if it is due now.
     fn due(&self) -> Option<crate::protocol::StopStep> {
         let Supervisor::Holding { mut holder, .. } = self.supervisor else {
@@ -316,83 +402,11 @@ pub enum KaAction {
 
 not_symmetric!(KeepaliveModel, KaState);
 
-/// The successor holds a lease granted after the one the holder's work runs under.
-fn successor_later(s: &KaState) -> bool {
-    match (s.successor, s.work_token) {
-        (Successor::Holds(t) | Successor::Wrote(t), Some(work)) => t > work,
-        _ => false,
-    }
-}
-
-/// Every property of the keepalive models, declared once.
-const DECLARED: &[Declared<KeepaliveModel>] = &[
-    Declared {
-        name: prop::WORK_STOPPED_BEFORE_SUCCESSOR,
-        kind: Expectation::Always,
-        meaning: meaning::WORK_STOPPED_BEFORE_SUCCESSOR,
-        expect: Expect::When {
-            rule: "holds for the holder as written and with a re-acquiring extend (the late \
-                   reply finds the work already stopped by its send-time deadline); violated by \
-                   every other sibling's mistake",
-            when: |m| {
-                super::Expected::holds_if(matches!(m.flaw, Flaw::None | Flaw::SilentReacquire))
-            },
-        },
-        condition: |_: &KeepaliveModel, s: &KaState| !(successor_later(s) && s.work_alive()),
-    },
-    Declared {
-        name: prop::STORAGE_IN_LEASE_ORDER,
-        kind: Expectation::Always,
-        meaning: meaning::STORAGE_IN_LEASE_ORDER,
-        expect: Expect::Holds,
-        condition: |_: &KeepaliveModel, s: &KaState| s.lease_order.holds(),
-    },
-    Declared {
-        name: "successor_takes_over",
-        kind: Expectation::Sometimes,
-        meaning: "the successor takes the lease after the holder's work ran",
-        expect: Expect::Holds,
-        condition: |_: &KeepaliveModel, s: &KaState| successor_later(s),
-    },
-    Declared {
-        name: "renewal_extends",
-        kind: Expectation::Sometimes,
-        meaning: "a renewal moves the holder's deadline",
-        expect: Expect::Holds,
-        condition: |_: &KeepaliveModel, s: &KaState| s.renewed,
-    },
-    Declared {
-        name: "fence_refuses_late_write",
-        kind: Expectation::Sometimes,
-        meaning: "the storage refuses a write of the holder's work after the successor's",
-        expect: Expect::When {
-            rule: "only where the work can outlive its lease",
-            when: |m| {
-                super::Expected::holds_if(!matches!(m.flaw, Flaw::None | Flaw::SilentReacquire))
-            },
-        },
-        condition: |_: &KeepaliveModel, s: &KaState| s.work_refused,
-    },
-    Declared {
-        name: "late_renewal_succeeds",
-        kind: Expectation::Sometimes,
-        meaning: "a renewal reaching the service after the lease expired is answered with success",
-        expect: Expect::When {
-            rule: "only with a re-acquiring extend",
-            when: |m| super::Expected::holds_if(m.flaw == Flaw::SilentReacquire),
-        },
-        condition: |_: &KeepaliveModel, s: &KaState| s.late_renewal,
-    },
-];
-
-impl Declares for KeepaliveModel {
-    fn declarations(&self) -> &'static [Declared<Self>] {
-        DECLARED
-    }
-}
-
 macro_rules! keepalive_entry {
     ($(#[$doc:meta])* $ty:ident, $name:expr, $summary:expr, $flaw:expr) => {
+        keepalive_entry!($(#[$doc])* $ty, $name, $summary, $flaw, with);
+    };
+    ($(#[$doc:meta])* $ty:ident, $name:expr, $summary:expr, $flaw:expr, $build:ident) => {
         catalog_entry! {
             $(#[$doc])*
             $ty: KeepaliveModel {
@@ -401,7 +415,7 @@ macro_rules! keepalive_entry {
                 clients: 2..=2,
                 mutants: &[],
                 defaults: Params::sized(2, 1, 0),
-                build: |_p| KeepaliveModel::with($flaw),
+                build: |_p| KeepaliveModel::$build($flaw),
             }
         }
     };
@@ -462,6 +476,22 @@ keepalive_entry!(
     "keepalive-stale-release",
     "a retried release names the owner, not the lease: its late copy frees the next lease (etcd#22082)",
     Flaw::StaleRelease
+);
+keepalive_entry!(
+    /// The holder on a healthy service.
+    KeepaliveHealthy,
+    "keepalive-healthy",
+    "the same supervisor on a service that answers at once: renewals on its schedule keep a job with a long grace running",
+    Flaw::None,
+    healthy
+);
+keepalive_entry!(
+    /// Renewals every third of the TTL, whatever the grace.
+    KeepaliveThirdCadence,
+    "keepalive-third-cadence",
+    "renewals every third of the TTL whatever the grace: a healthy job with a long grace is stopped before its first renewal",
+    Flaw::ThirdOfTtl,
+    healthy
 );
 keepalive_entry!(
     /// An extend that re-acquires.

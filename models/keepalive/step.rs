@@ -2,7 +2,7 @@
 
 use super::{ticks, Flaw, KaAction, KaState, KeepaliveModel, Msg, Proc, Successor, Supervisor};
 use crate::models::declared_properties;
-use crate::protocol::{Acquire, Fence, LeaseOrder, LeaseTable, Phase};
+use crate::protocol::{Acquire, Fence, LeaseOrder, LeaseTable};
 use stateright::{Model, Property};
 
 impl Model for KeepaliveModel {
@@ -40,7 +40,7 @@ impl Model for KeepaliveModel {
         use KaAction::*;
         let running = !s.paused;
         // A running supervisor acts on a due timer before time moves on.
-        if s.now < self.horizon && (s.paused || s.due().is_none()) {
+        if s.now < self.horizon && (s.paused || (s.due().is_none() && !s.urgent(self))) {
             actions.push(Tick);
             if s.lag < self.max_lag {
                 actions.push(SlowTick);
@@ -87,13 +87,11 @@ impl Model for KeepaliveModel {
             // The next job starts once the last release was answered.
             Supervisor::Idle if s.jobs > 0 && s.release.is_none() => actions.push(Ask),
             Supervisor::Asking if matches!(s.acquire, Msg::Reply(..)) => actions.push(Granted),
-            Supervisor::Holding {
-                holder, renewals, ..
-            } => {
+            Supervisor::Holding { .. } => {
                 if s.due().is_some() {
                     actions.push(Timer);
                 }
-                if holder.phase() == Phase::Working && renewals > 0 && s.renew == Msg::None {
+                if s.renewal_due() {
                     actions.push(SendRenew);
                 }
                 if matches!(s.renew, Msg::Reply(..)) {
@@ -165,6 +163,7 @@ impl Model for KeepaliveModel {
                         holder,
                         token,
                         renewals: self.renewals,
+                        renewing: self.renewing(sent),
                     };
                     n.work = Proc::Running;
                     n.child = Proc::Running;
@@ -227,10 +226,16 @@ impl Model for KeepaliveModel {
                 };
                 n.renew = Msg::None;
                 let deadline = self.deadline(sent, local);
-                let Supervisor::Holding { holder, .. } = &mut n.supervisor else {
+                let Supervisor::Holding {
+                    holder, renewing, ..
+                } = &mut n.supervisor
+                else {
                     return None;
                 };
                 if ok.is_some() {
+                    if let Some(r) = renewing {
+                        r.answered(ticks(u64::from(sent)));
+                    }
                     let before = holder.deadline();
                     holder.renewed(if self.flaw == Flaw::GraceOutside {
                         deadline + ticks(self.grace)

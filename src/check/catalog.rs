@@ -120,6 +120,8 @@ pub fn catalog() -> &'static [ModelEntry] {
         entry!(keepalive::KeepaliveSlowClock),
         entry!(keepalive::KeepaliveStaleRelease),
         entry!(keepalive::KeepaliveSilentReacquire),
+        entry!(keepalive::KeepaliveHealthy),
+        entry!(keepalive::KeepaliveThirdCadence),
         entry!(k8s_lease::K8sLease),
         entry!(k8s_lease::K8sLeaseLongRequest),
         entry!(k8s_lease::K8sLeasePrompt),
