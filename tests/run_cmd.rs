@@ -558,8 +558,9 @@ fn jittered_acquire_replies_leave_no_lock_held_in_20_runs() {
 }
 
 /// A grant whose reply comes too late — less than the grace left before its safe deadline —
-/// runs nothing: exit 76, the command not started, the lease handed back. The control: the same
-/// reply held back briefly starts the command.
+/// runs nothing: exit 76, the command not started, the lease handed back. With `--wait` the late
+/// grant is handed back and the lock asked for again: the command runs on the next grant. The
+/// control: the same reply held back briefly starts the command.
 #[test]
 fn a_grant_that_arrives_too_late_runs_nothing() {
     let Some(redis) = started_or_skip("run: late grant", RedisServer::start(false)) else {
@@ -567,11 +568,12 @@ fn a_grant_that_arrives_too_late_runs_nothing() {
     };
     let (proxy, via_proxy) = proxy_with_scripts_loaded(&redis);
     let dir = TempDir::new("run-late-grant").unwrap();
-    for (held_back, ran) in [
-        (Duration::from_millis(1700), false),
-        (Duration::from_millis(200), true),
+    for (held_back, wait, ran) in [
+        (Duration::from_millis(1700), "0s", false),
+        (Duration::from_millis(1700), "10s", true),
+        (Duration::from_millis(200), "0s", true),
     ] {
-        let marker = dir.path().join(format!("ran-{}", held_back.as_millis()));
+        let marker = dir.path().join(format!("ran-{}-{wait}", held_back.as_millis()));
         let t0 = Instant::now();
         let out = with_acquire_reply_held(&proxy, held_back, || {
             fencecheck(&[
@@ -586,6 +588,8 @@ fn a_grant_that_arrives_too_late_runs_nothing() {
                 "500ms",
                 "--timeout",
                 "5s",
+                "--wait",
+                wait,
                 "--",
                 "touch",
                 marker.to_str().unwrap(),
@@ -601,6 +605,9 @@ fn a_grant_that_arrives_too_late_runs_nothing() {
         );
         if ran {
             assert_eq!(out.status.code(), Some(0), "{err}");
+            if wait != "0s" {
+                assert!(err.contains("asking again (--wait)"), "{err}");
+            }
         } else {
             assert_eq!(out.status.code(), Some(76), "{err}");
             assert!(err.contains("not running the command"), "{err}");

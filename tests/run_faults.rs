@@ -1,4 +1,5 @@
-//! `fencecheck run` under the faults that made it unsafe before, on a real redis-server: the
+//! `fencecheck run` under the faults that made it unsafe before, on a real redis-server (and a
+//! wait through a stopped server on every backend): the
 //! whole process tree of the command is stopped on a lost lease and dies with its supervisor; a
 //! slow-stopping command is stopped before the server expires the lease when renewals stall; a
 //! schedule that cannot fit in the lease runs nothing. Each check has a control: a job that
@@ -14,6 +15,7 @@ use common::faults::{
 };
 use fencecheck::backend::LockSpec;
 use fencecheck_testkit::{signal, started_or_skip, FreezableProxy, RedisServer, TempDir};
+use fencecheck_testkit::{EtcdCluster, RaftCluster, ZkCluster};
 use std::process::Command;
 use std::time::Duration;
 
@@ -358,9 +360,58 @@ fn a_slow_supervisor_clock_needs_a_larger_drift() {
     );
 }
 
-/// A waiter whose server is stopped (SIGSTOP) for longer than the lease runs its command on the
-/// grant it gets once the server is back: the grant counts from when its request was sent,
-/// after the reconnect, not from before the stall (which judged it too late: exit 76).
+/// A waiter whose server is stopped (SIGSTOP) for longer than the lease runs its command on a
+/// grant it gets once the server is back, whether the server was stopped before the run started
+/// or while it waited behind a holder: a grant counts from when the request that got it was sent,
+/// after any reconnect, and one that still arrives too late (a request queued before the stop and
+/// answered after it) is handed back and asked for again while `--wait` lasts. Before, a grant
+/// dated from before the stall was judged too late: exit 76.
+fn a_wait_runs_through_a_stopped_server(flags: &[String], pids: &[u32], label: &str) {
+    let stop_for = |d: Duration| {
+        for &pid in pids {
+            signal(pid, libc::SIGSTOP).unwrap();
+        }
+        std::thread::sleep(d);
+        for &pid in pids {
+            signal(pid, libc::SIGCONT).unwrap();
+        }
+    };
+    let ran = |waiter: std::process::Child, when: &str| {
+        let out = waiter.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{label}, stopped {when}: {stderr}"
+        );
+        eprintln!("{label}, stopped {when}: ran; run said: {}", stderr.trim());
+    };
+    let waiter = |name: &str| run_cmd(flags, name, "2s", &["--wait", "30s"], "true");
+    // Stopped before the run asks.
+    for &pid in pids {
+        signal(pid, libc::SIGSTOP).unwrap();
+    }
+    let first = waiter("stopped-before");
+    std::thread::sleep(Duration::from_secs(4));
+    for &pid in pids {
+        signal(pid, libc::SIGCONT).unwrap();
+    }
+    ran(first, "before the run asked");
+    // Stopped while the run waits behind a holder.
+    let holder = run_cmd(flags, "stopped-while", "2s", &[], "sleep 3");
+    std::thread::sleep(Duration::from_millis(500));
+    let second = waiter("stopped-while");
+    std::thread::sleep(Duration::from_millis(700));
+    stop_for(Duration::from_secs(4));
+    let holder = holder.wait_with_output().unwrap();
+    eprintln!(
+        "{label}: the holder exited {:?}: {}",
+        holder.status.code(),
+        String::from_utf8_lossy(&holder.stderr).trim()
+    );
+    ran(second, "while the run waited");
+}
+
 #[test]
 fn a_wait_through_a_stopped_server_runs_on_the_grant_after_it() {
     let Some(redis) = started_or_skip(
@@ -370,12 +421,39 @@ fn a_wait_through_a_stopped_server_runs_on_the_grant_after_it() {
         return;
     };
     let pid = redis.pid().expect("running");
-    signal(pid, libc::SIGSTOP).unwrap();
-    let flags = redis_flags(&redis.url());
-    let run = run_cmd(&flags, "stopped-server", "2s", &["--wait", "30s"], "true");
-    std::thread::sleep(Duration::from_secs(4));
-    signal(pid, libc::SIGCONT).unwrap();
-    let out = run.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    a_wait_runs_through_a_stopped_server(&redis_flags(&redis.url()), &[pid], "redis");
+}
+
+#[test]
+fn a_wait_through_a_stopped_etcd_runs_on_the_grant_after_it() {
+    let Some(etcd) = started_or_skip("run: wait through a stopped etcd", EtcdCluster::start(1))
+    else {
+        return;
+    };
+    let flags = vec!["--lock".into(), format!("etcd://{}", etcd.endpoints()[0])];
+    a_wait_runs_through_a_stopped_server(&flags, &[etcd.pid(0).unwrap()], "etcd");
+}
+
+#[test]
+fn a_wait_through_a_stopped_zookeeper_runs_on_the_grant_after_it() {
+    let Some(zk) = started_or_skip("run: wait through a stopped ZooKeeper", ZkCluster::start(1))
+    else {
+        return;
+    };
+    let flags = vec!["--lock".into(), format!("zk://{}", zk.connect_string())];
+    a_wait_runs_through_a_stopped_server(&flags, &[zk.pid(0).unwrap()], "zookeeper");
+}
+
+#[test]
+fn a_wait_through_a_stopped_raft_cluster_runs_on_the_grant_after_it() {
+    let cluster = RaftCluster::start(env!("CARGO_BIN_EXE_fencecheck"), 3);
+    let Some(raft) = started_or_skip("run: wait through a stopped raft cluster", cluster) else {
+        return;
+    };
+    let flags = vec![
+        "--lock".into(),
+        format!("raft://{}", raft.nodes().join(",")),
+    ];
+    let pids: Vec<u32> = (0..3).map(|i| raft.pid(i).unwrap()).collect();
+    a_wait_runs_through_a_stopped_server(&flags, &pids, "raft");
 }

@@ -114,6 +114,19 @@ impl Client {
     /// the leader it names, or to the next node; one whose fate is unknown (sent, then the
     /// connection or leadership was lost) is an error, never silently repeated.
     async fn call(&self, op: Op, operation: &'static str) -> Result<Reply, BackendError> {
+        self.call_sent(op, operation).await.map(|(reply, _)| reply)
+    }
+
+    /// [`call`](Self::call), with the send time of the earliest attempt that may have been
+    /// applied: the one answered, or an earlier one of a repeatable command that went
+    /// unanswered. Attempts refused by a follower, or never sent (no connection), do not
+    /// count: a lease granted after a leader change runs from the attempt that reached the
+    /// new leader.
+    async fn call_sent(
+        &self,
+        op: Op,
+        operation: &'static str,
+    ) -> Result<(Reply, Instant), BackendError> {
         let bound = self.options.request_timeout;
         let deadline = Instant::now() + bound;
         let mut at = *self.leader.lock();
@@ -121,6 +134,7 @@ impl Client {
             at = self.next(at);
         }
         let mut last_error = String::from("no node answered");
+        let mut unanswered: Option<Instant> = None;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -161,6 +175,7 @@ impl Client {
             let attempt = deadline
                 .saturating_duration_since(Instant::now())
                 .min((bound / 4).max(MIN_ATTEMPT));
+            let sent = Instant::now();
             let exchanged = tokio::time::timeout(attempt, async {
                 write_frame(&mut stream, &Request::Client(op.clone())).await?;
                 read_frame::<_, Response>(&mut stream).await
@@ -171,6 +186,7 @@ impl Client {
                 // Commands whose repetition changes nothing more than one application would (a
                 // read; a write or publish under the same token) go to the next node at once.
                 if op.repeatable() && Instant::now() < deadline {
+                    unanswered = unanswered.or(Some(sent));
                     last_error = format!("{addr} did not answer");
                     at = self.next(at);
                     continue;
@@ -206,7 +222,7 @@ impl Client {
             match answer {
                 Response::Client(ClientAnswer::Done(reply)) => {
                     *self.leader.lock() = at;
-                    return Ok(reply);
+                    return Ok((reply, unanswered.unwrap_or(sent)));
                 }
                 Response::Client(ClientAnswer::NotLeader { leader }) => {
                     let known = leader.and_then(|l| self.nodes.iter().position(|n| *n == l));
@@ -323,37 +339,40 @@ impl LockService for RaftLock {
     }
 
     async fn try_acquire(&self, owner: &str) -> Result<Acquired, BackendError> {
-        let sent_at = Instant::now();
         let op = Op::Acquire {
             lock: self.name.clone(),
             owner: owner.to_string(),
             ttl_us: self.ttl_us(),
         };
-        match self.client.call(op, "acquire").await? {
-            Reply::Granted { token } => Ok(Acquired::Granted(self.grant(token, owner, sent_at))),
-            Reply::Busy {
-                holder,
-                remaining_us,
-            } => Ok(Acquired::Busy {
+        match self.client.call_sent(op, "acquire").await? {
+            (Reply::Granted { token }, sent_at) => {
+                Ok(Acquired::Granted(self.grant(token, owner, sent_at)))
+            }
+            (
+                Reply::Busy {
+                    holder,
+                    remaining_us,
+                },
+                _,
+            ) => Ok(Acquired::Busy {
                 holder: Some(holder),
                 remaining: Some(Duration::from_micros(remaining_us)),
             }),
-            other => Err(unexpected("acquire", other)),
+            (other, _) => Err(unexpected("acquire", other)),
         }
     }
 
     async fn extend(&self, owner: &str, token: Token) -> Result<Option<Grant>, BackendError> {
-        let sent_at = Instant::now();
         let op = Op::Extend {
             lock: self.name.clone(),
             owner: owner.to_string(),
             token: token.get(),
             ttl_us: self.ttl_us(),
         };
-        match self.client.call(op, "extend").await? {
-            Reply::Granted { token } => Ok(Some(self.grant(token, owner, sent_at))),
-            Reply::NotHeld => Ok(None),
-            other => Err(unexpected("extend", other)),
+        match self.client.call_sent(op, "extend").await? {
+            (Reply::Granted { token }, sent_at) => Ok(Some(self.grant(token, owner, sent_at))),
+            (Reply::NotHeld, _) => Ok(None),
+            (other, _) => Err(unexpected("extend", other)),
         }
     }
 

@@ -348,26 +348,88 @@ impl StallTrial<'_> {
 /// The lock server restarted (`restart`) while three runs wait for a lock a fourth holds: the
 /// waiters ride the outage out instead of giving up: each takes the lock in turn before `--wait`
 /// runs out (exit 0) with a token of its own, and no two commands ran at once (from the
-/// commands' own records of when they started and ended).
+/// commands' own records of when they started and ended). The control: the same four runs, each
+/// on a lock of its own, through the same restart; the same check sees their commands work at
+/// once.
 pub fn waiters_ride_out_a_restart(flags: &[String], restart: &mut dyn FnMut(), label: &str) {
+    let trial = ride_out(flags, restart, label, false);
+    assert!(
+        trial.gave_up.is_empty(),
+        "{label}: a waiter gave up: {:?}",
+        trial.gave_up
+    );
+    assert!(
+        trial.overlaps.is_empty(),
+        "{label}: {:?}\n{}",
+        trial.overlaps,
+        trial.log
+    );
+    let mut tokens: Vec<&str> = trial.runs.iter().map(|r| r.token.as_str()).collect();
+    tokens.sort_unstable();
+    tokens.dedup();
+    assert!(
+        trial.runs.len() >= 4 && tokens.len() == trial.runs.len(),
+        "{label}: {}",
+        trial.log
+    );
+    eprintln!(
+        "{label}: {} runs took the lock in turn across the restart",
+        trial.runs.len()
+    );
+    let control = ride_out(flags, restart, label, true);
+    assert!(
+        !control.overlaps.is_empty(),
+        "{label}: the control's runs, each on a lock of its own, were not seen working at once:\n{}",
+        control.log
+    );
+    eprintln!(
+        "{label}: control (a lock per run): {} pairs of runs seen working at once",
+        control.overlaps.len()
+    );
+}
+
+/// One run's record of its command: its token and when it started and ended (ns).
+struct Span {
+    token: String,
+    start: u64,
+    end: u64,
+}
+
+/// What a ride-out trial saw.
+struct RideOut {
+    /// The stderr of each waiter that did not exit 0.
+    gave_up: Vec<String>,
+    runs: Vec<Span>,
+    /// Pairs of runs whose commands worked at once.
+    overlaps: Vec<String>,
+    log: String,
+}
+
+/// A holder and three waiters (each on a lock of its own when `apart`), `restart` 700 ms after
+/// the waiters asked; what their commands recorded.
+fn ride_out(flags: &[String], restart: &mut dyn FnMut(), label: &str, apart: bool) -> RideOut {
     let dir = TempDir::new("ride-out").unwrap();
     let log = dir.path().join("work.log");
-    let name = format!("ride-out-{}", std::process::id());
+    let name = |i: usize| match apart {
+        true => format!("ride-out-{}-{i}", std::process::id()),
+        false => format!("ride-out-{}", std::process::id()),
+    };
+    // Each record names the run by its shell's pid: tokens of different locks may be equal.
     let work = |secs: &str| {
         format!(
-            "echo \"$FENCECHECK_TOKEN $(date +%s%N) start\" >> {log}; sleep {secs}; \
-             echo \"$FENCECHECK_TOKEN $(date +%s%N) end\" >> {log}",
+            "echo \"$$ $FENCECHECK_TOKEN $(date +%s%N) start\" >> {log}; sleep {secs}; \
+             echo \"$$ $FENCECHECK_TOKEN $(date +%s%N) end\" >> {log}",
             log = log.display()
         )
     };
-    let holder = run_cmd(flags, &name, "3s", &[], &work("2"));
+    let holder = run_cmd(flags, &name(0), "3s", &[], &work("2"));
     // The holder is granted before the waiters ask.
     let deadline = Instant::now() + Duration::from_secs(10);
     while !log.exists() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
-    let waiters: Vec<Child> = (0..3)
-        .map(|_| run_cmd(flags, &name, "3s", &["--wait", "40s"], &work("0.2")))
+    let waiters: Vec<Child> = (1..4)
+        .map(|i| run_cmd(flags, &name(i), "3s", &["--wait", "40s"], &work("0.2")))
         .collect();
     std::thread::sleep(Duration::from_millis(700));
     restart();
@@ -377,43 +439,51 @@ pub fn waiters_ride_out_a_restart(flags: &[String], restart: &mut dyn FnMut(), l
         holder.status.code(),
         String::from_utf8_lossy(&holder.stderr).trim()
     );
-    for w in waiters {
-        let out = w.wait_with_output().unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{label}: a waiter gave up: {err}"
-        );
+    let gave_up = waiters
+        .into_iter()
+        .map(|w| w.wait_with_output().unwrap())
+        .filter(|out| out.status.code() != Some(0))
+        .map(|out| String::from_utf8_lossy(&out.stderr).into_owned())
+        .collect();
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    let runs = spans(&text);
+    let mut overlaps = Vec::new();
+    for (i, a) in runs.iter().enumerate() {
+        for b in &runs[i + 1..] {
+            if a.end > b.start && b.end > a.start {
+                overlaps.push(format!("tokens {} and {} worked at once", a.token, b.token));
+            }
+        }
     }
-    let text = std::fs::read_to_string(&log).unwrap();
-    let mut spans: Vec<(u64, u64, u64)> = Vec::new(); // token, start, end (ns)
+    RideOut {
+        gave_up,
+        runs,
+        overlaps,
+        log: text,
+    }
+}
+
+/// The runs in a work log of `ID TOKEN NS start|end` lines; a run with no end never ended.
+fn spans(text: &str) -> Vec<Span> {
+    let mut ids: Vec<&str> = Vec::new();
+    let mut runs: Vec<Span> = Vec::new();
     for line in text.lines() {
         let w: Vec<&str> = line.split(' ').collect();
-        let (token, at): (u64, u64) = (w[0].parse().unwrap(), w[1].parse().unwrap());
-        match w[2] {
-            "start" => spans.push((token, at, u64::MAX)),
-            _ => spans.iter_mut().rfind(|s| s.0 == token).unwrap().2 = at,
+        let [id, token, at, what] = w[..] else {
+            panic!("a work record: {line:?}")
+        };
+        let at: u64 = at.parse().unwrap();
+        match ids.iter().position(|i| *i == id) {
+            Some(k) if what == "end" => runs[k].end = at,
+            _ => {
+                ids.push(id);
+                runs.push(Span {
+                    token: token.to_string(),
+                    start: at,
+                    end: u64::MAX,
+                });
+            }
         }
     }
-    let mut tokens: Vec<u64> = spans.iter().map(|s| s.0).collect();
-    tokens.dedup();
-    assert!(
-        spans.len() >= 4 && tokens.len() == spans.len(),
-        "{label}: {text}"
-    );
-    for (i, a) in spans.iter().enumerate() {
-        for b in &spans[i + 1..] {
-            assert!(
-                a.2 <= b.1 || b.2 <= a.1,
-                "{label}: tokens {} and {} worked at once:\n{text}",
-                a.0,
-                b.0
-            );
-        }
-    }
-    eprintln!(
-        "{label}: {} runs took the lock in turn across the restart",
-        spans.len()
-    );
+    runs
 }

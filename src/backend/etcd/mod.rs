@@ -18,14 +18,16 @@
 //!
 //! etcd leases count whole seconds: the TTL is rounded up to a whole number of seconds, at least 1.
 
+mod line;
 pub mod rpc;
 mod session;
 
 use super::contract::{validate_name, Acquired, BackendError, Grant, Holder, LockService};
 use super::queue::{entry_value, owner_of, split_value, Ledger};
+use crate::protocol::Token;
 use crate::protocol::Ttl;
-use crate::protocol::{renew_every, Token};
 use crate::sync::Mutex;
+use line::InLine;
 use rpc::{Compare, KeyValue, RangeRequest, RequestOp, TxnRequest, TxnResponse};
 use std::collections::HashMap;
 use std::future::Future;
@@ -213,7 +215,22 @@ impl EtcdLock {
     /// Runs one request, bounded by the request timeout, retrying on another member when the
     /// request cannot have taken effect (connection refused, no leader: gRPC `Unavailable`) and,
     /// for requests safe to repeat, also after a timeout. At most `2 × endpoints + 1` attempts.
-    async fn call<T, F, Fut>(&self, retry: Retry, mut request: F) -> Result<T, Failure>
+    async fn call<T, F, Fut>(&self, retry: Retry, request: F) -> Result<T, Failure>
+    where
+        F: FnMut(rpc::Client) -> Fut,
+        Fut: Future<Output = Result<T, Status>>,
+    {
+        self.call_sent(retry, request).await.map(|(v, _)| v)
+    }
+
+    /// [`call`](Self::call), with the time the attempt that was answered was sent: a lease's
+    /// TTL runs from when the server handled that attempt, not from an earlier one that failed
+    /// (a server restarting, a member down).
+    async fn call_sent<T, F, Fut>(
+        &self,
+        retry: Retry,
+        mut request: F,
+    ) -> Result<(T, Instant), Failure>
     where
         F: FnMut(rpc::Client) -> Fut,
         Fut: Future<Output = Result<T, Status>>,
@@ -225,10 +242,11 @@ impl EtcdLock {
         for attempt in 0..attempts {
             let last = attempt + 1 >= attempts;
             let client = self.members.client(attempt);
+            let sent = Instant::now();
             match tokio::time::timeout(bound, request(client.clone())).await {
                 Ok(Ok(v)) => {
                     self.members.answered(&client);
-                    return Ok(v);
+                    return Ok((v, sent));
                 }
                 Ok(Err(e)) if !last && rpc::retryable(&e, idempotent) => {}
                 Ok(Err(e)) => return Err(Failure::Status(e)),
@@ -436,33 +454,15 @@ impl LockService for EtcdLock {
 
     async fn acquire(&self, owner: &str, timeout: Duration) -> Result<Option<Grant>, BackendError> {
         let deadline = Instant::now() + timeout;
-        let (lease, key, revision, lowest, sent_at) = self.enqueue(owner).await?;
-        let token = super::contract::server_token(BACKEND, "acquire", revision)?;
-        if self.holds_already(owner, token) {
-            return Ok(None);
-        }
-        if lowest.is_some_and(|(k, _, _)| k == key) {
-            return Ok(Some(self.granted(owner, lease, key, token, sent_at)));
-        }
-        // Wait our turn, keeping our lease alive, as etcd's own lock does.
-        let mut backoff = super::retry::WAIT_IN_LINE;
-        let mut renew_at = sent_at + renew_every(self.ttl.granted());
         loop {
-            if !backoff.pause(Some(deadline)).await {
-                self.delete_key(&key, revision).await?;
-                return Ok(None);
-            }
-            if Instant::now() >= renew_at {
-                let sent = self.renew_in_line(owner, lease).await?;
-                renew_at = sent + renew_every(self.ttl.granted());
-            }
-            if self.still_first(&key, token).await? {
-                // First in line, but the lease may have lapsed while this client waited (its
-                // renewals late: a pause, a slow clock) and the server not yet deleted the key.
-                // A keepalive now either fails (the lease is gone) or starts the grant's full
-                // TTL from here, whatever this client's clock says.
-                let sent = self.renew_in_line(owner, lease).await?;
-                return Ok(Some(self.granted(owner, lease, key, token, sent)));
+            match self.wait_in_line(owner, deadline).await? {
+                InLine::Granted(grant) => return Ok(Some(grant)),
+                InLine::TimedOut => return Ok(None),
+                // The session lease ran out while we waited (a server stopped or restarted, a
+                // pause): our key went with it. Join the line again with a new session.
+                InLine::LeaseLost => {
+                    self.sessions.lock().remove(owner);
+                }
             }
         }
     }
@@ -471,8 +471,11 @@ impl LockService for EtcdLock {
         let Some(held) = self.find(owner, token).await? else {
             return Ok(None);
         };
-        let sent_at = Instant::now();
-        if !self.keep_alive_once(held.lease).await? || !self.still_first(&held.key, token).await? {
+        let Some(sent_at) = self.keep_alive_once(held.lease).await? else {
+            self.held.forget(token);
+            return Ok(None);
+        };
+        if !self.still_first(&held.key, token).await? {
             self.held.forget(token);
             return Ok(None);
         }

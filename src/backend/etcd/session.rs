@@ -1,7 +1,7 @@
 //! An owner's session lease: reused while it lives, renewed by one keepalive when it is older than
 //! a tenth of the TTL, granted afresh when it lapsed.
 
-use super::{EtcdLock, Retry, BACKEND};
+use super::{EtcdLock, Retry};
 use crate::backend::contract::BackendError;
 use std::time::Instant;
 
@@ -17,20 +17,17 @@ impl EtcdLock {
             if renewed.elapsed() < self.ttl.granted() / 10 {
                 return Ok((lease, renewed));
             }
-            let sent = Instant::now();
-            if self.keep_alive_once(lease).await? {
+            if let Some(sent) = self.keep_alive_once(lease).await? {
                 self.remember_session(owner, lease, sent);
                 return Ok((lease, sent));
             }
         }
         let ttl = self.ttl_secs;
-        let sent = Instant::now();
-        let lease = self
-            .request("lease grant", Retry::Always, |c| async move {
-                c.lease_grant(ttl).await
-            })
-            .await?
-            .id;
+        let (granted, sent) = self
+            .call_sent(Retry::Always, |c| async move { c.lease_grant(ttl).await })
+            .await
+            .map_err(|f| f.into_error("lease grant"))?;
+        let lease = granted.id;
         self.remember_session(owner, lease, sent);
         Ok((lease, sent))
     }
@@ -41,36 +38,35 @@ impl EtcdLock {
             .insert(owner.to_string(), (lease, renewed));
     }
 
-    /// Renews the lease of a contender waiting in line; when it was sent. An error when the
-    /// lease is gone.
+    /// Renews the lease of a contender waiting in line: when the renewal was sent, or `None`
+    /// when the lease is gone.
     pub(super) async fn renew_in_line(
         &self,
         owner: &str,
         lease: i64,
-    ) -> Result<Instant, BackendError> {
-        let sent = Instant::now();
-        if !self.keep_alive_once(lease).await? {
-            return Err(BackendError::unexpected(
-                BACKEND,
-                "acquire",
-                "our lease expired while waiting in line",
-            ));
+    ) -> Result<Option<Instant>, BackendError> {
+        let sent = self.keep_alive_once(lease).await?;
+        if let Some(sent) = sent {
+            self.remember_session(owner, lease, sent);
         }
-        self.remember_session(owner, lease, sent);
         Ok(sent)
     }
 
-    /// One keepalive of `lease`: `false` when the lease is gone.
-    pub(super) async fn keep_alive_once(&self, lease: i64) -> Result<bool, BackendError> {
+    /// One keepalive of `lease`: when the answered attempt was sent (the lease's TTL runs from
+    /// then), or `None` when the lease is gone.
+    pub(super) async fn keep_alive_once(
+        &self,
+        lease: i64,
+    ) -> Result<Option<Instant>, BackendError> {
         let result = self
-            .call(
+            .call_sent(
                 Retry::Always,
                 |c| async move { c.keep_alive_once(lease).await },
             )
             .await;
         match result {
-            Ok(ttl) => Ok(ttl > 0),
-            Err(f) if f.lease_not_found() => Ok(false),
+            Ok((ttl, sent)) => Ok((ttl > 0).then_some(sent)),
+            Err(f) if f.lease_not_found() => Ok(None),
             Err(f) => Err(f.into_error("keepalive")),
         }
     }

@@ -92,8 +92,24 @@ pub struct ZkLock {
     held: Ledger<Held>,
 }
 
+/// `e` as a [`BackendError`]: a connection or session that ended under the request (lost, timed
+/// out, closed, expired, or the client's "no response from connection") is
+/// [`BackendError::Dropped`], which may succeed when tried again and whose effect is unknown;
+/// what the server answered is [`BackendError::Server`].
 fn zk_err(operation: &'static str, e: ZkError) -> BackendError {
-    BackendError::failed(BACKEND, operation, e)
+    match e {
+        ZkError::ConnectionLoss
+        | ZkError::Timeout
+        | ZkError::SessionExpired
+        | ZkError::ClientClosed
+        | ZkError::Custom(_) => BackendError::Dropped {
+            backend: BACKEND,
+            operation,
+            detail: crate::backend::contract::one_line(&e.to_string()),
+            source: Some(Box::new(e)),
+        },
+        e => BackendError::failed(BACKEND, operation, e),
+    }
 }
 
 /// A node's data as text (see [`split_value`] for its format).

@@ -159,7 +159,8 @@ impl ZkLock {
     }
 
     /// `owner`'s session, opened if it has none (or its session ended), with its close time
-    /// pushed to a TTL from now: the send time of the request the caller makes next.
+    /// pushed to a TTL from now: the send time of the request the caller makes next (taken once
+    /// the session is open).
     pub(super) async fn session(
         &self,
         owner: &str,
@@ -176,8 +177,11 @@ impl ZkLock {
                 map.remove(owner);
             }
         }
-        let sent_at = Instant::now();
         let client = Self::open(&self.connect, self.ttl.granted(), self.options).await?;
+        // The server restarts a session's timeout on every request it receives: the caller's
+        // next request, sent after now, keeps the session a TTL past now, however long opening
+        // it took (a server restarting, an ensemble electing).
+        let sent_at = Instant::now();
         let id = client.session_id().0;
         self.sessions.lock().insert(
             owner.to_string(),

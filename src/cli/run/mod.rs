@@ -250,15 +250,26 @@ async fn run_holding<L: LockService + 'static>(
     recorder: Option<&Recorder>,
     args: RunArgs,
 ) -> Result<ExitCode, UsageError> {
-    let grant = match acquire_lease(&lock, &owner, waiting, &args).await {
-        Ok(grant) => grant,
-        Err(code) => return code,
+    // A grant that arrived too late to run on is handed back, and asked for again while the
+    // wait lasts (a server stopped, then answering a request queued before the stop).
+    let (grant, schedule) = loop {
+        let grant = match acquire_lease(&lock, &owner, waiting, &args).await {
+            Ok(grant) => grant,
+            Err(code) => return code,
+        };
+        match judge_grant(lock.as_ref(), &owner, &grant, floor.as_ref(), &args).await {
+            Ok(schedule) => break (grant, schedule),
+            Err(Judged::Late(why)) if may_wait_on(waiting) => {
+                eprintln!("fencecheck run: {why}; asking again (--wait)");
+            }
+            Err(Judged::Late(why)) => {
+                eprintln!("fencecheck run: {why}; not running the command");
+                return Ok(ExitCode::from(EXIT_LEASE_LOST));
+            }
+            Err(Judged::Refused(code)) => return code,
+        }
     };
     let token = grant.token;
-    let schedule = match judge_grant(lock.as_ref(), &owner, &grant, floor.as_ref(), &args).await {
-        Ok(schedule) => schedule,
-        Err(code) => return code,
-    };
     let grace = schedule.policy.grace();
     let mut held = hold_on(Arc::clone(&lock), grant, schedule);
     // The watchdog runs before the command exists: the command tells it its process group from
@@ -313,17 +324,29 @@ async fn run_holding<L: LockService + 'static>(
     Ok(release_after(held, working, status).await)
 }
 
+/// Why a grant runs nothing.
+enum Judged {
+    /// It arrived with too little of the lease left: what to say of it.
+    Late(String),
+    /// Refused for good (the token floor, a TTL the schedule cannot use): what `run` returns.
+    Refused(Result<ExitCode, UsageError>),
+}
+
+/// Whether `run` still waits: `--wait` not given as zero and not run out.
+fn may_wait_on((wait, until): (Option<Duration>, Option<Instant>)) -> bool {
+    wait.is_none_or(|d| !d.is_zero()) && until.is_none_or(|u| Instant::now() < u)
+}
+
 /// Whether the command may run under `grant`: its token above the floor, the schedule built
 /// from the TTL the server granted (etcd rounds it up, ZooKeeper clamps it), and more than the
-/// grace left before the safe deadline. A grant refused here is released, and `Err` is what `run`
-/// returns.
+/// grace left before the safe deadline. A grant refused here is released.
 async fn judge_grant<L: LockService>(
     lock: &L,
     owner: &str,
     grant: &Grant,
     floor: Option<&TokenFloor>,
     args: &RunArgs,
-) -> Result<Schedule, Result<ExitCode, UsageError>> {
+) -> Result<Schedule, Judged> {
     let token = grant.token;
     let refused = match floor.map(|f| (f, f.admit(token))) {
         None | Some((_, Ok(()))) => None,
@@ -344,10 +367,10 @@ async fn judge_grant<L: LockService>(
     };
     let granted = grant.ttl;
     let schedule = match (refused, keepalive(args).schedule(granted)) {
-        (Some(refused), _) => Err(refused),
-        (None, Err(e)) => Err(Err(UsageError(format!(
+        (Some(refused), _) => Err(Judged::Refused(refused)),
+        (None, Err(e)) => Err(Judged::Refused(Err(UsageError(format!(
             "the server granted a TTL of {granted:?}: {e}"
-        )))),
+        ))))),
         (None, Ok(schedule)) => Ok(schedule),
     };
     // A grant that arrived with too little of the lease left (a late reply, a pause) runs nothing.
@@ -359,14 +382,13 @@ async fn judge_grant<L: LockService>(
         if schedule.policy.may_start(since_sent, deadline) {
             return Ok(schedule);
         }
-        eprintln!(
-            "fencecheck run: the lease on {:?} (token {token}) arrived with {:?} left before \
-             its safe deadline, not more than the grace {:?}; not running the command",
+        Err(Judged::Late(format!(
+            "the lease on {:?} (token {token}) arrived with {:?} left before its safe deadline, \
+             not more than the grace {:?}",
             args.name,
             deadline.saturating_sub(since_sent),
             schedule.policy.grace(),
-        );
-        Err(Ok(ExitCode::from(EXIT_LEASE_LOST)))
+        )))
     });
     if schedule.is_err() {
         let _ = lock.release(owner, token).await;
