@@ -30,7 +30,7 @@ fn check_exits_0_and_shows_verdicts_and_the_timeline() {
     let out = fencecheck(&["check"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let text = stdout(&out);
-    assert!(text.contains("191 of 191 verdicts match"), "{text}");
+    assert!(text.contains("214 of 214 verdicts match"), "{text}");
     let rows: Vec<Vec<&str>> = text
         .lines()
         .map(|l| l.split_whitespace().collect())

@@ -573,7 +573,9 @@ fn a_grant_that_arrives_too_late_runs_nothing() {
         (Duration::from_millis(1700), "10s", true),
         (Duration::from_millis(200), "0s", true),
     ] {
-        let marker = dir.path().join(format!("ran-{}-{wait}", held_back.as_millis()));
+        let marker = dir
+            .path()
+            .join(format!("ran-{}-{wait}", held_back.as_millis()));
         let t0 = Instant::now();
         let out = with_acquire_reply_held(&proxy, held_back, || {
             fencecheck(&[

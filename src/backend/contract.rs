@@ -137,8 +137,9 @@ pub enum BackendError {
 /// The error of a client library behind a [`BackendError`].
 pub type Cause = Box<dyn std::error::Error + Send + Sync + 'static>;
 
-/// Connects with `connecting`, bounded by `bound`: a timeout or a connection error names the
-/// backend and the address; `describe` puts the client library's error in words.
+/// Connects with `connecting`, bounded by `bound`: a timeout or a connection error is
+/// [`BackendError::Connect`] naming the backend and the address; `describe` puts the client
+/// library's error in words.
 pub(crate) async fn bounded_connect<T, E>(
     backend: &'static str,
     target: String,
@@ -149,19 +150,24 @@ pub(crate) async fn bounded_connect<T, E>(
 where
     E: std::error::Error + Send + Sync + 'static,
 {
-    tokio::time::timeout(bound, connecting)
-        .await
-        .map_err(|_| BackendError::Timeout {
-            backend,
-            operation: "connect",
-            after: bound,
-        })?
-        .map_err(|e| BackendError::Connect {
+    // A connection that was never made carried no request: unreachable, not a fate unknown.
+    let Ok(connected) = tokio::time::timeout(bound, connecting).await else {
+        return Err(BackendError::Connect {
             backend,
             target,
-            detail: one_line(&describe(&e)),
-            source: Some(Box::new(e)),
-        })
+            detail: format!(
+                "no answer within {bound:?} (the host is down, drops packets, or the server is \
+                 stopped)"
+            ),
+            source: None,
+        });
+    };
+    connected.map_err(|e| BackendError::Connect {
+        backend,
+        target,
+        detail: one_line(&describe(&e)),
+        source: Some(Box::new(e)),
+    })
 }
 
 /// The token a server's signed counter stands for (an etcd revision, a ZooKeeper zxid, a

@@ -20,6 +20,7 @@ mod etcd;
 mod keepalive;
 mod local;
 mod postgres;
+mod probe;
 mod queue;
 pub mod raft;
 mod redis;

@@ -135,8 +135,20 @@ impl Client {
         }
         let mut last_error = String::from("no node answered");
         let mut unanswered: Option<Instant> = None;
+        let mut sent_any = false;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() && !sent_any {
+                // Nothing was sent: no node took a connection. Say why, node by node.
+                let server = "a raft node";
+                let detail = super::probe::unreachable_because(&self.nodes, bound, server);
+                return Err(BackendError::Connect {
+                    backend: BACKEND,
+                    target: self.nodes.join(","),
+                    detail: detail.await,
+                    source: None,
+                });
+            }
             if left.is_zero() {
                 return Err(BackendError::Timeout {
                     backend: BACKEND,
@@ -176,6 +188,7 @@ impl Client {
                 .saturating_duration_since(Instant::now())
                 .min((bound / 4).max(MIN_ATTEMPT));
             let sent = Instant::now();
+            sent_any = true;
             let exchanged = tokio::time::timeout(attempt, async {
                 write_frame(&mut stream, &Request::Client(op.clone())).await?;
                 read_frame::<_, Response>(&mut stream).await

@@ -12,5 +12,5 @@ pub mod netns;
 pub mod proxy;
 pub mod servers;
 
-pub use proxy::FreezableProxy;
+pub use proxy::{FreezableProxy, SilentListener};
 pub use servers::*;

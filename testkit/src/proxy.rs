@@ -186,3 +186,56 @@ impl Pump {
         let _ = to.shutdown(Shutdown::Write);
     }
 }
+
+/// A listening address on 127.0.0.1 that never completes a handshake, as a partitioned or
+/// powered-off host: its accept queue (backlog 0) is full, so the kernel drops every further SYN
+/// and a connect times out (it is not refused). Closed when dropped.
+#[derive(Debug)]
+pub struct SilentListener {
+    _socket: std::os::fd::OwnedFd,
+    _filling: Vec<std::net::TcpStream>,
+    addr: SocketAddr,
+}
+
+impl SilentListener {
+    /// Binds a free port, fills its accept queue, and checks that a further connect times out.
+    ///
+    /// # Panics
+    /// When a socket call fails, or a connect to it does not time out.
+    pub fn start() -> Self {
+        use std::os::fd::FromRawFd;
+        // SAFETY: plain socket calls on a socket this function owns; `sa` outlives the calls.
+        let (socket, port) = unsafe {
+            let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
+            assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
+            let socket = std::os::fd::OwnedFd::from_raw_fd(fd);
+            let mut sa: libc::sockaddr_in = std::mem::zeroed();
+            sa.sin_family = libc::AF_INET as libc::sa_family_t;
+            sa.sin_addr.s_addr = u32::from(std::net::Ipv4Addr::LOCALHOST).to_be();
+            let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+            assert_eq!(libc::bind(fd, std::ptr::addr_of!(sa).cast(), len), 0);
+            assert_eq!(libc::listen(fd, 0), 0);
+            let mut got = len;
+            libc::getsockname(fd, std::ptr::addr_of_mut!(sa).cast(), &mut got);
+            (socket, u16::from_be(sa.sin_port))
+        };
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let short = Duration::from_millis(200);
+        let filling: Vec<_> = (0..3)
+            .filter_map(|_| std::net::TcpStream::connect_timeout(&addr, short).ok())
+            .collect();
+        // The control: it is silent indeed (a connect times out, it is not refused).
+        let probe = std::net::TcpStream::connect_timeout(&addr, short).unwrap_err();
+        assert_eq!(probe.kind(), std::io::ErrorKind::TimedOut, "{probe}");
+        SilentListener {
+            _socket: socket,
+            _filling: filling,
+            addr,
+        }
+    }
+
+    /// Its `127.0.0.1:PORT`.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+}

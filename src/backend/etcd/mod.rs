@@ -191,20 +191,33 @@ impl EtcdLock {
             sessions: Mutex::new(HashMap::new()),
         };
         // Reach the cluster once now, so that a wrong address fails here, naming it.
-        lock.call(Retry::IfNotSent, |c| async move {
+        // One connect timeout in all, whatever the members: a silent one is not asked thrice.
+        let ping = lock.call(Retry::IfNotSent, |c| async move {
             c.range(RangeRequest::key("fencecheck/ping")).await
+        });
+        let status = match tokio::time::timeout(options.connect_timeout, ping).await {
+            Ok(Ok(_)) => return Ok(lock),
+            Ok(Err(Failure::Status(status))) => Some(status),
+            Ok(Err(Failure::Timeout(_))) | Err(_) => None,
+        };
+        // "Unavailable", a call cut short or no answer at all says nothing of why: probe each
+        // member.
+        let detail = match &status {
+            Some(s) if !matches!(s.code(), tonic::Code::Unavailable | tonic::Code::Cancelled) => {
+                rpc::describe(s)
+            }
+            _ => {
+                let server = "etcd (no gRPC answer: a stopped server, or not an etcd client URL?)";
+                let bound = options.connect_timeout;
+                super::probe::unreachable_because(endpoints, bound, server).await
+            }
+        };
+        Err(BackendError::Connect {
+            backend: BACKEND,
+            target: endpoints.join(","),
+            detail,
+            source: status.map(|s| Box::new(s) as super::contract::Cause),
         })
-        .await
-        .map_err(|f| match f {
-            Failure::Status(status) => BackendError::Connect {
-                backend: BACKEND,
-                target: endpoints.join(","),
-                detail: rpc::describe(&status),
-                source: Some(Box::new(status)),
-            },
-            timeout => timeout.into_error("connect"),
-        })?;
-        Ok(lock)
     }
 
     /// The lock's name (its keys live under `NAME/`).

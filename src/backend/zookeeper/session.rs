@@ -114,14 +114,33 @@ impl ZkLock {
                 }
             }
         };
-        crate::backend::contract::bounded_connect(
+        let opened = crate::backend::contract::bounded_connect(
             BACKEND,
             connect.to_string(),
             options.connect_timeout,
             ToString::to_string,
             attempts,
         )
-        .await
+        .await;
+        match opened {
+            // "No hosts" says nothing of why: probe each server.
+            Err(BackendError::Connect { target, source, .. })
+                if source.as_deref().and_then(|e| e.downcast_ref::<ZkError>())
+                    == Some(&ZkError::NoHosts) =>
+            {
+                let servers: Vec<String> = connect.split(',').map(str::to_string).collect();
+                let bound = options.connect_timeout;
+                let server = "a ZooKeeper server";
+                let detail = crate::backend::probe::unreachable_because(&servers, bound, server);
+                Err(BackendError::Connect {
+                    backend: BACKEND,
+                    target,
+                    detail: detail.await,
+                    source,
+                })
+            }
+            other => other,
+        }
     }
 
     /// Runs one request bounded by the request timeout. A read (`idempotent`) that lost its

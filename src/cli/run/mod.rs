@@ -197,7 +197,8 @@ pub(super) fn run(args: RunArgs) -> Result<ExitCode, UsageError> {
             Some(Recorder::writing_to(file))
         }
     };
-    runtime().block_on(async move {
+    let runtime = runtime();
+    let code = runtime.block_on(async move {
         // With --wait, an unreachable or slow lock service is waited out like a busy lock.
         let until = wait.map(|d| Instant::now() + d);
         let connected = ride_out(args.wait.is_some(), until, || {
@@ -239,7 +240,11 @@ pub(super) fn run(args: RunArgs) -> Result<ExitCode, UsageError> {
             }
             Err(e) => backend_failure(e),
         }
-    })
+    });
+    // A host-name lookup still in flight (the resolver cannot be interrupted) must not hold the
+    // exit for its own timeout: what `run` had to do is done.
+    runtime.shutdown_timeout(Duration::from_millis(100));
+    code
 }
 
 async fn run_holding<L: LockService + 'static>(
