@@ -454,8 +454,8 @@ fn bad_campaign_settings_are_one_line_errors() {
         (
             vec!["--lock", "redis", "--nemesis", "partition"],
             "error: --nemesis partition cuts a cluster's leader off from its peers, inside \
-             network namespaces torture makes for the servers it starts: expected --lock etcd \
-             or raft (a kind alone, not an address)",
+             network namespaces torture makes for the servers it starts: expected --lock etcd, \
+             zk or raft (a kind alone, not an address)",
         ),
         (
             vec![
