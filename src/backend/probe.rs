@@ -9,7 +9,7 @@ use tokio::net::{lookup_host, TcpStream};
 
 /// What a TCP connect to one address found.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Reach {
+enum Reach {
     /// The host name did not resolve: the resolver's words.
     Unresolved(String),
     /// The connection was refused: nothing listens there.
@@ -23,7 +23,7 @@ pub(crate) enum Reach {
 }
 
 /// Probes `address` (`HOST:PORT`, an `http://` prefix allowed) within `within`.
-pub(crate) async fn probe(address: &str, within: Duration) -> Reach {
+async fn probe(address: &str, within: Duration) -> Reach {
     let address = address.trim_start_matches("http://");
     let resolved = match tokio::time::timeout(within, lookup_host(address)).await {
         Err(_) => return Reach::Silent(within),
