@@ -25,8 +25,8 @@ const TRIAL_LIMIT_US: u64 = 180_000_000;
 /// How often a trial looks whether the campaign is to stop.
 const CHECK_STOP: Duration = Duration::from_millis(200);
 
-/// How many pauses a partition (or a holder stopped through a server's restart) lasts at most
-/// when no successor's write ends it sooner.
+/// How many lengths a pause, a stall or a partition (or a holder stopped through a server's
+/// restart) lasts at most when no successor's write ends it sooner.
 const HANDOVER_AT_MOST: u64 = 8;
 
 /// What a trial runs against.
@@ -74,12 +74,13 @@ impl Workers {
     }
 }
 
-/// A pause, stall or partition in force: whom, since when, until when (µs, CLOCK_MONOTONIC),
-/// and the lock server a partition cut off with the holder.
+/// A pause, stall or partition in force: whom, since when, until when at the latest and at the
+/// earliest (µs, CLOCK_MONOTONIC), and the lock server a partition cut off with the holder.
 struct Holding {
     worker: usize,
     from: u64,
     until: u64,
+    at_least: u64,
     leader: Option<String>,
 }
 
@@ -309,14 +310,14 @@ fn watch(
             holding = strike(setup, line.worker, lasting, workers, servers, &mut faults)?;
         }
         if let Some(h) = &mut holding {
-            // A partition heals, and a holder stopped through a server's restart resumes, once
-            // a successor has sent its write (plus the overshoot): the handover it forced is
-            // what the trial is for, however long the service took to get there. (Not once the
-            // write is answered: a holder stopped inside its transaction keeps the row locked.)
-            let successor = line.worker != h.worker && line.text.starts_with("write-sent ");
-            let waits = matches!(nemesis, Nemesis::Partition | Nemesis::KillServer);
-            if waits && successor {
-                h.until = h.until.min(line.at.max(now) + overshoot.as_micros() as u64);
+            // A fault ends once a successor has sent its write (plus the overshoot), and not
+            // before its own length: the handover it forced is what the trial is for, however
+            // long the service took to get there (etcd revokes an expired lease up to a second
+            // late, a new leader renews every lease). Not once the write is answered: a holder
+            // stopped inside its transaction keeps the row locked.
+            if line.worker != h.worker && line.text.starts_with("write-sent ") {
+                let after = line.at.max(now) + overshoot.as_micros() as u64;
+                h.until = h.until.min(after.max(h.at_least));
             }
         }
         lines.push(line);
@@ -338,10 +339,13 @@ fn strike(
     faults: &mut Vec<Struck>,
 ) -> Result<Option<Holding>, CampaignError> {
     let from = monotonic_us();
+    // A pause or a stall lasts its length, and on until a successor's write (see `watch`), at
+    // most eight lengths.
     let holding = Holding {
         worker: w,
         from,
-        until: from + lasting.as_micros() as u64,
+        until: from + HANDOVER_AT_MOST * lasting.as_micros() as u64,
+        at_least: from + lasting.as_micros() as u64,
         leader: None,
     };
     match setup.nemesis {
@@ -375,6 +379,7 @@ fn strike(
             let restarted = monotonic_us();
             Ok(stopped.then_some(Holding {
                 until: restarted + HANDOVER_AT_MOST * lasting.as_micros() as u64,
+                at_least: from,
                 ..holding
             }))
         }
@@ -388,7 +393,7 @@ fn strike(
             let leader =
                 leader.map_err(|e| CampaignError::Unavailable(format!("partition: {e}")))?;
             Ok(Some(Holding {
-                until: from + HANDOVER_AT_MOST * lasting.as_micros() as u64,
+                at_least: from,
                 leader,
                 ..holding
             }))
