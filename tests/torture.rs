@@ -137,7 +137,7 @@ fn unfenced_control_fails(backend: &str, ttl_ms: &str, trials: u64, nemeses: &st
 
 /// A fenced campaign of `trials` trials on the servers in `flags`: no increment lost, every
 /// history in lease order, every trace explained, pause and stall struck, the report written.
-fn campaign_keeps_every_increment(backend: &str, flags: &[&str], trials: u64) {
+fn campaign_keeps_every_increment(backend: &str, flags: &[&str], trials: u64) -> String {
     let dir = fencecheck_testkit::fresh_dir(env!("CARGO_TARGET_TMPDIR"), "torture");
     let trials_text = trials.to_string();
     let mut args = vec!["--lock", backend, "--trials", &trials_text];
@@ -190,6 +190,7 @@ fn campaign_keeps_every_increment(backend: &str, flags: &[&str], trials: u64) {
     assert!(md.contains(&format!("**PASS: all {trials} trials kept every rule**")));
     assert!(html.contains("<p class=\"banner ok\">PASS"));
     stored_trials_recheck(&dir, trials);
+    out
 }
 
 /// Runs `fencecheck validate ARGS`; its exit code and stdout.
@@ -263,9 +264,13 @@ fn a_fenced_campaign_on_etcd_keeps_every_increment_and_the_unfenced_control_lose
     if !servers_present("torture (etcd)", &["etcd", "postgresql", "libfaketime"]) {
         return;
     }
-    // etcd leases count whole seconds.
-    let flags = ["--ttl-ms", "1000", "--increments", "2", "--nemesis", ALL];
-    campaign_keeps_every_increment("etcd", &flags, 20);
+    // etcd leases count whole seconds: the trials run on the second etcd grants, so that the
+    // skewed worker's think times outlast it (on 300 ms, clock-skew never struck).
+    let flags = ["--ttl-ms", "300", "--increments", "2", "--nemesis", ALL];
+    let out = campaign_keeps_every_increment("etcd", &flags, 20);
+    assert!(out.contains(", lease 1s (asked 300ms), "), "{out}");
+    let (given, struck, _) = strikes(&out, "clock-skew");
+    assert!(struck > 0, "clock-skew struck none of {given} etcd trials");
     unfenced_control_fails("etcd", "1000", 9, "pause,stall,kill-server");
 }
 

@@ -23,11 +23,11 @@ pub const SERVER_NODES: u8 = 1;
 /// See [`SERVER_NODES`].
 pub const WORKER_NODES: u8 = 101;
 
-use crate::backend::{monotonic_us, FencedStorage, LockSpec, PgFencedStore};
+use crate::backend::{monotonic_us, FencedStorage, LockService, LockSpec, PgFencedStore};
 use crate::check::campaign::{judge, Totals, TrialRecord, TrialVerdict};
 use crate::check::linearize::{Answer, Call, Operation};
 use crate::check::trace::Replay;
-use crate::protocol::FencePolicy;
+use crate::protocol::{FencePolicy, Ttl};
 use std::ops::RangeInclusive;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
@@ -80,7 +80,8 @@ pub struct Settings {
     pub workers: u32,
     /// Increments per worker per trial (1 to 100).
     pub increments: u32,
-    /// The lease's time to live (50 ms to 10 s).
+    /// The lease's time to live (50 ms to 10 s); [`Campaign::prepare`] replaces it with the one
+    /// the lock service grants for it.
     pub ttl: Duration,
     /// The nemeses, taking turns; each once.
     pub nemeses: Vec<Nemesis>,
@@ -198,8 +199,8 @@ impl Settings {
         }
     }
 
-    /// A worker's pause after a grant and between its read and its write: a fifth of the TTL,
-    /// at least 5 ms.
+    /// A worker's pause after a grant and between its read and its write: a fifth of the
+    /// (granted) TTL, at least 5 ms.
     fn think(&self) -> Duration {
         (self.ttl / 5).max(Duration::from_millis(5))
     }
@@ -251,6 +252,9 @@ pub struct Campaign {
     rt: tokio::runtime::Runtime,
     faketime: Option<PathBuf>,
     exe: PathBuf,
+    /// The lease's TTL as asked and as the lock service grants it; the settings' TTL is the
+    /// granted one.
+    ttl: Ttl,
     /// The workers' network nodes, for the partition nemesis.
     nodes: Vec<fencecheck_testkit::netns::Node>,
 }
@@ -258,13 +262,17 @@ pub struct Campaign {
 impl Campaign {
     /// Checks the settings, creates the counter's table, and makes sure the lock service
     /// answers (within a few seconds), so that nothing fails only once trials have begun.
-    /// `exe` is the program whose `torture-worker` command runs a worker.
+    /// The trials run on the TTL the lock service grants for the one asked (etcd's whole
+    /// seconds, ZooKeeper's negotiated session timeout): workers think, and nemeses last, in
+    /// proportion to the lease the server keeps. `exe` is the program whose `torture-worker`
+    /// command runs a worker.
     pub fn prepare(
-        settings: Settings,
+        mut settings: Settings,
         target: Target,
         exe: PathBuf,
     ) -> Result<Campaign, CampaignError> {
         settings.check(target.lock.as_ref(), target.restartable)?;
+        let mut ttl = Ttl::new(settings.ttl).map_err(|e| CampaignError::Settings(e.to_string()))?;
         let faketime = nemesis::faketime_for(&settings.nemeses)?;
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -288,9 +296,11 @@ impl Campaign {
             let lock = rt
                 .block_on(probe)
                 .map_err(|e| CampaignError::Unavailable(format!("the lock service {spec}: {e}")))?;
-            let holder = rt.block_on(crate::backend::LockService::holder(&lock));
+            let holder = rt.block_on(LockService::holder(&lock));
             holder
                 .map_err(|e| CampaignError::Unavailable(format!("the lock service {spec}: {e}")))?;
+            ttl = LockService::ttl(&lock);
+            settings.ttl = ttl.granted();
         }
         let mut nodes = Vec::new();
         if settings.nemeses.contains(&Nemesis::Partition) {
@@ -309,6 +319,7 @@ impl Campaign {
             rt,
             faketime,
             exe,
+            ttl,
             nodes,
         })
     }
@@ -330,7 +341,7 @@ impl Campaign {
         };
         format!(
             "torture: {backend} lock{worker}, PostgreSQL counter {}, {} trials x {} workers x {} \
-             increments, nemesis {}",
+             increments, lease {}, nemesis {}",
             if s.fenced {
                 "with fencing"
             } else {
@@ -339,6 +350,7 @@ impl Campaign {
             s.trials,
             s.workers,
             s.increments,
+            self.ttl,
             nemeses.join(",")
         )
     }

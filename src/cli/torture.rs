@@ -39,7 +39,7 @@ pub(super) struct TortureArgs {
     #[arg(long, value_name = "N", default_value_t = 3)]
     increments: u32,
     /// The lease's time to live in milliseconds (50 to 10000; etcd rounds up to whole seconds,
-    /// ZooKeeper to its session-timeout bounds).
+    /// ZooKeeper to its session-timeout bounds, and the trials run on the TTL granted).
     #[arg(long, value_name = "MS", default_value_t = 300)]
     ttl_ms: u64,
     /// Faults to inject, comma-separated; trial i gets the (i mod n)-th. pause: SIGSTOP a
