@@ -10,7 +10,7 @@ mod common;
 
 use common::faults::{
     alive, lost_lease_stops_the_whole_tree, now_ms, read_when_written, run_cmd, slow_stopping_job,
-    stall_stops_the_work_before_the_server_expires_the_lease, validate,
+    stall_stops_the_work_before_the_server_expires_the_lease, validate, waiters_ride_out_a_restart,
     work_dies_with_its_supervisor, StallTrial,
 };
 use fencecheck::backend::LockSpec;
@@ -45,6 +45,22 @@ fn a_lost_lease_stops_the_commands_whole_process_tree() {
             .unwrap();
     };
     lost_lease_stops_the_whole_tree(&redis_flags(&url), &revoke, "redis");
+}
+
+/// A Redis restart while runs wait for a held lock: the connection a waiter asks on is closed by
+/// the server, which is no reason to give up: the waiters ride it out and take the lock in turn
+/// before `--wait` runs out, with the control of a lock per run seen overlapping. (With
+/// persistence, so the token counter and the holder's lease survive the restart.)
+#[test]
+fn a_server_restart_while_waiting_is_ridden_out() {
+    let Some(mut redis) = started_or_skip(
+        "run faults: restart while waiting",
+        RedisServer::start(true),
+    ) else {
+        return;
+    };
+    let flags = redis_flags(&redis.url());
+    waiters_ride_out_a_restart(&flags, &mut || redis.restart().unwrap(), "redis");
 }
 
 #[test]

@@ -372,9 +372,17 @@ pub fn waiters_ride_out_a_restart(flags: &[String], restart: &mut dyn FnMut(), l
         "{label}: {}",
         trial.log
     );
+    let last_start = trial
+        .runs
+        .iter()
+        .map(|r| r.start)
+        .max()
+        .unwrap_or(trial.asked);
     eprintln!(
-        "{label}: {} runs took the lock in turn across the restart",
-        trial.runs.len()
+        "{label}: {} runs took the lock in turn across the restart, 0 overlaps; the last \
+         waiter started {} ms after the waiters asked",
+        trial.runs.len(),
+        last_start.saturating_sub(trial.asked) / 1_000_000
     );
     let control = ride_out(flags, restart, label, true);
     assert!(
@@ -403,6 +411,8 @@ struct RideOut {
     /// Pairs of runs whose commands worked at once.
     overlaps: Vec<String>,
     log: String,
+    /// When the waiters asked (ns since the epoch, as the work records' `date +%s%N`).
+    asked: u64,
 }
 
 /// A holder and three waiters (each on a lock of its own when `apart`), `restart` 700 ms after
@@ -428,6 +438,9 @@ fn ride_out(flags: &[String], restart: &mut dyn FnMut(), label: &str, apart: boo
     while !log.exists() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
+    let asked = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
     let waiters: Vec<Child> = (1..4)
         .map(|i| run_cmd(flags, &name(i), "3s", &["--wait", "40s"], &work("0.2")))
         .collect();
@@ -460,6 +473,7 @@ fn ride_out(flags: &[String], restart: &mut dyn FnMut(), label: &str, apart: boo
         runs,
         overlaps,
         log: text,
+        asked,
     }
 }
 
