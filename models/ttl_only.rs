@@ -61,7 +61,7 @@ catalog_entry! {
     TtlOnly: LeaseModel {
         name: NAME,
         summary: SUMMARY,
-        clients: 2..=6,
+        clients: 2..=8,
         mutants: MUTANTS,
         defaults: Params::sized(3, 2, 0),
         build: |p| TtlOnlyModelCfg {

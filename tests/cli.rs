@@ -209,7 +209,7 @@ fn the_catalog_is_checked_at_the_size_asked() {
     assert_eq!(out.status.code(), Some(0), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(
-        err.starts_with("check: --clients 1: 3 of 38 models checked; skipped, declared for other sizes: ttl-only (2-6), fenced (2-6),"),
+        err.starts_with("check: --clients 1: 3 of 38 models checked; skipped, declared for other sizes: ttl-only (2-8), fenced (2-8),"),
         "{err}"
     );
     assert!(text.contains("15 of 15 verdicts match"), "{text}");
@@ -230,7 +230,7 @@ fn the_catalog_is_checked_at_the_size_asked() {
     let skipped = doc["skipped"].as_array().expect("a skipped list");
     assert_eq!(skipped.len(), 35, "{skipped:?}");
     assert_eq!(skipped[0]["model"], "ttl-only");
-    assert_eq!(skipped[0]["reason"], "declared for 2-6 clients, not 1");
+    assert_eq!(skipped[0]["reason"], "declared for 2-8 clients, not 1");
     let xml = std::fs::read_to_string(&junit).unwrap();
     assert_eq!(
         xml.matches("<skipped message=\"declared for").count(),
@@ -251,11 +251,11 @@ fn bad_input_gets_one_clear_line_and_exit_2() {
         ),
         (
             &["check", "--clients", "0"],
-            "error: --clients 0: expected a number of clients from 1 to 6",
+            "error: --clients 0: expected a number of clients from 1 to 8",
         ),
         (
             &["check", "--clients", "1000"],
-            "error: --clients 1000: expected a number of clients from 1 to 6",
+            "error: --clients 1000: expected a number of clients from 1 to 8",
         ),
         (
             &["check", "--writes", "99"],

@@ -3,8 +3,8 @@
 use crate::models::Params;
 
 /// The largest sizes `check` accepts: beyond them an exhaustive search does not finish on a
-/// workstation.
-pub const MAX_CLIENTS: usize = 6;
+/// workstation. At the largest it takes hours and gigabytes; `--max-states` bounds it.
+pub const MAX_CLIENTS: usize = 8;
 /// See [`MAX_CLIENTS`].
 pub const MAX_WRITES: u8 = 4;
 /// See [`MAX_CLIENTS`].

@@ -117,7 +117,7 @@ enum Command {
 /// Model sizes shared by `check` and `explore`.
 #[derive(Debug, Args)]
 struct SizeArgs {
-    /// Number of clients (1 to 6; default: each model's own, see `fencecheck list`).
+    /// Number of clients (1 to 8; default: each model's own, see `fencecheck list`).
     #[arg(long, value_name = "N")]
     clients: Option<usize>,
     /// Writes per client (1 to 4; default: each model's own).
