@@ -473,7 +473,7 @@ fn page() -> (String, usize) {
         .flat_map(|r| &r.properties)
         .filter(|p| p.counterexample.is_some())
         .count();
-    let bench = vec![report::BenchResult {
+    let write = report::BenchResult {
         group: "write/uncontended".into(),
         function: "fenced_write".into(),
         median_ns: 13.0,
@@ -483,7 +483,27 @@ fn page() -> (String, usize) {
         written: None,
         left_out: None,
         paired: None,
-    }];
+    };
+    // Two goals measured: the contended lock (alternating rounds, not met) and a history check.
+    let contended = report::BenchResult {
+        group: "acquire/contended/2/paired".into(),
+        function: "lease_lock_coarse_try_acquire_release".into(),
+        paired: Some(report::Paired {
+            over: "parking_lot_lock_unlock".into(),
+            blocks: 12,
+            ratio: 2.28,
+            low: 2.24,
+            high: 2.37,
+        }),
+        ..write.clone()
+    };
+    let history = report::BenchResult {
+        group: "linearize/reject_10k".into(),
+        function: "check".into(),
+        median_ns: 6.6e6,
+        ..write.clone()
+    };
+    let bench = vec![write, contended, history];
     (report::html(&runs, Some(&bench), &meta()), counterexamples)
 }
 
@@ -503,10 +523,12 @@ fn html_is_self_contained() {
     );
     assert_eq!(
         html.matches("<svg ").count(),
-        counterexamples + 1,
-        "one diagram per counterexample and the bar chart"
+        counterexamples + 3,
+        "one diagram per counterexample, a chart per measured goal and the bar chart"
     );
     assert!(html.contains("fenced_write vs unfenced_write"));
+    assert!(html.contains("2.28 x (95 % interval 2.24-2.37 x) &mdash; <span class=\"bad\">goal at most 1.50 x: NOT met"));
+    assert!(html.contains("6.60 ms &mdash; <span class=\"ok\">goal at most 200.00 ms: met"));
 }
 
 fn chromium() -> Option<PathBuf> {

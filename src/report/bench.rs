@@ -270,7 +270,7 @@ fn fmt_gap(gap: Duration) -> String {
     }
 }
 
-fn fmt_time(ns: f64) -> String {
+pub(super) fn fmt_time(ns: f64) -> String {
     if ns >= 1e9 {
         format!("{:.2} s", ns / 1e9)
     } else if ns >= 1e6 {
@@ -302,13 +302,17 @@ pub fn bench_markdown(results: &[BenchResult], meta: &Meta) -> String {
          baseline, measured in the same run (below 1 is faster than the baseline).\n",
         meta.cpu, meta.cores, meta.rustc, meta.version, meta.commit
     ));
+    md.push_str(&super::goals::goals_markdown(&super::goals::measure(
+        results,
+    )));
+    md.push_str("\n## Every result\n");
     let mut groups: Vec<&str> = results.iter().map(|r| r.group.as_str()).collect();
     groups.dedup();
     for group in groups {
         let rows = results.iter().filter(|r| r.group == group);
         let baseline = rows.clone().find_map(|r| r.baseline.as_deref());
         md.push_str(&format!(
-            "\n## {group}\n\n| benchmark | median | throughput | ratio to {} |\n|---|---|---|---|\n",
+            "\n### {group}\n\n| benchmark | median | throughput | ratio to {} |\n|---|---|---|---|\n",
             baseline.unwrap_or("baseline")
         ));
         for r in rows.clone().filter(|r| r.left_out.is_none()) {

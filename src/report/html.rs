@@ -24,15 +24,16 @@ fn bar_chart(results: &[BenchResult]) -> String {
     if rows.is_empty() {
         return "<p>No benchmark ratios.</p>\n".to_string();
     }
+    // Each row: its whole label on a line of its own, the bar beneath it.
     let max = rows.iter().filter_map(|r| r.ratio).fold(1.0f64, f64::max);
-    let (label_w, bar_w, row_h) = (600.0, 380.0, 22.0);
+    let (left, bar_w, row_h) = (4.0, 900.0, 34.0);
     let height = row_h * rows.len() as f64 + 30.0;
-    let width = label_w + bar_w + 80.0;
+    let width = left + bar_w + 80.0;
     let mut svg = format!(
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" \
          role=\"img\" aria-label=\"{BENCH_CHART_MARK}\" font-family=\"sans-serif\" font-size=\"12\">\n"
     );
-    let one = label_w + bar_w / max;
+    let one = left + bar_w / max;
     svg.push_str(&format!(
         "<line x1=\"{one:.1}\" y1=\"0\" x2=\"{one:.1}\" y2=\"{:.1}\" stroke=\"#888\" stroke-dasharray=\"3 3\"/>\
          <text x=\"{one:.1}\" y=\"{:.1}\" text-anchor=\"middle\" fill=\"#666\">1.0 = baseline</text>\n",
@@ -45,18 +46,16 @@ fn bar_chart(results: &[BenchResult]) -> String {
         let w = bar_w * ratio / max;
         let color = if ratio <= 1.0 { "#27ae60" } else { "#2980b9" };
         svg.push_str(&format!(
-            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{} / {} vs {}</text>\
-             <rect x=\"{label_w}\" y=\"{:.1}\" width=\"{w:.1}\" height=\"{:.1}\" fill=\"{color}\"/>\
+            "<text x=\"{left}\" y=\"{:.1}\">{} / {} vs {}</text>\
+             <rect x=\"{left}\" y=\"{:.1}\" width=\"{w:.1}\" height=\"12\" fill=\"{color}\"/>\
              <text x=\"{:.1}\" y=\"{:.1}\">{ratio:.2} x</text>\n",
-            label_w - 6.0,
-            y + 15.0,
+            y + 12.0,
             escape(&r.group),
             escape(&r.function),
             escape(r.baseline.as_deref().unwrap_or("")),
-            y + 4.0,
-            row_h - 8.0,
-            label_w + w + 4.0,
-            y + 15.0
+            y + 16.0,
+            left + w + 4.0,
+            y + 27.0
         ));
     }
     svg.push_str("</svg>\n");
@@ -115,8 +114,14 @@ pub fn html(runs: &[ModelRun], bench: Option<&[BenchResult]>, meta: &Meta) -> St
     h.push_str("<h2>Benchmarks</h2>\n");
     match bench {
         Some(results) => {
-            h.push_str("<p>Median time relative to each group's baseline, measured in the same run.</p>\n");
+            h.push_str(&super::goals::goals_html(&super::goals::measure(results)));
+            let shown = results.iter().filter(|r| r.ratio.is_some()).count();
+            h.push_str(&format!(
+                "<details><summary>Every ratio ({shown}): median time relative to each group's \
+                 baseline, measured in the same run</summary>\n"
+            ));
             h.push_str(&bar_chart(results));
+            h.push_str("</details>\n");
         }
         None => h.push_str("<p>No benchmark results: run <code>cargo bench</code>, then <code>fencecheck report</code>.</p>\n"),
     }

@@ -7,6 +7,7 @@ mod bench;
 mod campaign;
 mod catalog;
 mod diagram;
+mod goals;
 mod html;
 mod junit;
 mod models;
@@ -21,6 +22,7 @@ pub use bench::{
 pub use campaign::{campaign_html, campaign_markdown, trial_svg};
 pub use catalog::{catalog_markdown, CATALOG_DOC};
 pub use diagram::{mermaid, sequence_svg};
+pub use goals::{goals_markdown, measure as measure_goals, Goal, Measure, Measured, GOALS};
 pub use html::{html, BENCH_CHART_MARK};
 pub use junit::junit;
 pub use trial::{trial_dir, trial_trace, trial_verdict};
