@@ -287,10 +287,10 @@ pub fn goals_markdown(measured: &[Measured]) -> String {
     md
 }
 
-/// One chart for one goal: the value as a bar, its interval as a whisker, the bound as a red
+/// One chart for one goal: the value as a bar, its interval as a whisker, the bound as a dashed
 /// line; axis from zero with ticks.
 pub fn goal_svg(m: &Measured) -> String {
-    let (width, left, right, height) = (720.0, 20.0, 700.0, 64.0);
+    let (width, left, right, height) = (720.0, 20.0, 650.0, 64.0);
     let bound = m.goal.at_most;
     let high = m.interval.map(|(_, h)| h);
     let top = [m.value, high, bound]
@@ -340,9 +340,9 @@ pub fn goal_svg(m: &Measured) -> String {
     }
     if let Some(b) = bound {
         svg.push_str(&format!(
-            "<line x1=\"{0:.1}\" y1=\"2\" x2=\"{0:.1}\" y2=\"36\" stroke=\"#c0392b\" \
+            "<line x1=\"{0:.1}\" y1=\"2\" x2=\"{0:.1}\" y2=\"36\" stroke=\"#111\" \
              stroke-width=\"2\" stroke-dasharray=\"4 2\"/>\
-             <text x=\"{0:.1}\" y=\"62\" text-anchor=\"middle\" fill=\"#c0392b\">goal</text>\n",
+             <text x=\"{0:.1}\" y=\"62\" text-anchor=\"middle\" fill=\"#111\">goal</text>\n",
             x(b)
         ));
     }
@@ -358,7 +358,7 @@ pub fn goals_html(measured: &[Measured]) -> String {
         "<h3>Goals</h3>\n<p>{met} of {bounded} goals met in this run. A bar is the measured \
          ratio or time (green: goal met, red: not met, blue: no goal set), the black whisker \
          its 95 % interval where it was measured in rounds alternating with its floor, the \
-         dashed red line the goal.</p>\n"
+         dashed line the goal.</p>\n"
     );
     for subject in subjects() {
         h.push_str(&format!("<h4>{}</h4>\n", escape(subject)));
