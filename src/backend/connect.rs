@@ -187,6 +187,13 @@ impl std::str::FromStr for LockSpec {
                 connect: list()?.join(","),
             },
             "raft" => LockSpec::Raft { nodes: list()? },
+            // Refused rather than spoken to in plaintext, as etcd's https endpoints are.
+            "rediss" => {
+                return Err(bad(
+                    "Redis over TLS is not supported, and a rediss URL is never spoken to in \
+                     plaintext",
+                ))
+            }
             _ => return Err(bad(&format!("unknown scheme {scheme:?}"))),
         })
     }
@@ -423,5 +430,11 @@ mod tests {
             );
             assert!(e.contains(&format!("{bad:?}")), "{e}");
         }
+        // TLS is refused by name, never spoken to in plaintext.
+        let e = "rediss://a:6380"
+            .parse::<LockSpec>()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("Redis over TLS is not supported"), "{e}");
     }
 }
