@@ -16,8 +16,7 @@ mod text;
 mod trial;
 
 pub use bench::{
-    bench_markdown, collect_benchmarks, median, median_interval, BenchError, BenchResult, Paired,
-    SAME_RUN,
+    collect_benchmarks, median, median_interval, BenchError, BenchResult, Paired, SAME_RUN,
 };
 pub use campaign::{campaign_html, campaign_markdown, trial_svg};
 pub use catalog::{catalog_markdown, CATALOG_DOC};
@@ -100,4 +99,12 @@ pub(crate) fn escape(text: &str) -> String {
         }
     }
     out
+}
+
+/// `bench.md`: the machine, toolchain and commit; each performance goal held against its
+/// benchmark ([`GOALS`]); then one table per group with the median, the throughput and the ratio
+/// to the group's baseline.
+pub fn bench_markdown(results: &[BenchResult], meta: &Meta) -> String {
+    let goals = goals::goals_markdown(&goals::measure(results));
+    bench::results_markdown(results, meta, &goals)
 }
