@@ -15,9 +15,9 @@ use parking_lot as imp;
 /// Atomics: `std::sync::atomic` or `loom::sync::atomic`.
 pub mod atomic {
     #[cfg(loom)]
-    pub use loom::sync::atomic::{AtomicU64, Ordering};
+    pub use loom::sync::atomic::{fence, AtomicU64, Ordering};
     #[cfg(not(loom))]
-    pub use std::sync::atomic::{AtomicU64, Ordering};
+    pub use std::sync::atomic::{fence, AtomicU64, Ordering};
 }
 
 pub use imp::MutexGuard;

@@ -30,13 +30,13 @@ fn guard_releases_on_drop_and_tokens_increase() {
     assert_eq!(a.token(), Token::new(1));
     assert_eq!(a.owner(), &"a");
     assert_eq!(a.expires_at(), 100);
-    assert!(matches!(
-        lock.try_acquire("b"),
-        Err(AcquireError::Busy {
-            holder: "a",
+    assert_eq!(
+        lock.try_acquire("b").unwrap_err(),
+        AcquireError::Busy {
+            token: Token::new(1),
             expires_at: 100
-        })
-    ));
+        }
+    );
     drop(a);
     assert_eq!(lock.holder(), None);
     let b = lock.try_acquire("b").unwrap();
@@ -98,6 +98,46 @@ fn a_borrowed_clock_works_and_debug_output_names_the_lease() {
         })
     );
     assert_eq!(lock.holder().map(|l| l.owner), Some("b"));
+}
+
+#[test]
+fn a_refusal_names_the_live_lease_as_extended_and_frees_at_its_expiry() {
+    let (clock, lock) = manual(100);
+    let mut a = lock.try_acquire("a").unwrap();
+    clock.advance_nanos(60);
+    a.extend().unwrap();
+    let busy = |expires_at| AcquireError::Busy {
+        token: Token::new(1),
+        expires_at,
+    };
+    // Past the first expiry the extended lease still refuses, and says until when.
+    clock.advance_nanos(50);
+    assert_eq!(lock.try_acquire("b").unwrap_err(), busy(160));
+    assert_eq!(
+        lock.try_acquire("a").unwrap_err(),
+        busy(160),
+        "not reentrant"
+    );
+    assert_eq!(
+        busy(160).to_string(),
+        "lease 1 is held until 160 ns on the lock's clock"
+    );
+    clock.advance_nanos(50);
+    assert_eq!(lock.try_acquire("b").unwrap().token(), Token::new(2));
+}
+
+#[test]
+fn a_lease_taken_from_its_guard_stays_held_until_released_raw() {
+    let (_clock, lock) = manual(100);
+    let lease = lock.try_acquire("a").unwrap().into_lease();
+    assert_eq!((lease.owner, lease.token), ("a", Token::new(1)));
+    assert_eq!(lock.holder(), Some(lease.clone()));
+    assert!(
+        lock.try_acquire("b").is_err(),
+        "the guard's drop released nothing"
+    );
+    lock.release_raw(&"a", lease.token).unwrap();
+    assert_eq!(lock.try_acquire("b").unwrap().token(), Token::new(2));
 }
 
 #[test]

@@ -5,12 +5,15 @@
 //!
 //! Checked: (a) at most one unexpired holder at any instant; (b) tokens unique and strictly
 //! increasing in grant order; (c) a stale writer never overwrites a newer token's value; (d) a
-//! stale release or extend never frees or prolongs the current lease. Each check runs the same
-//! code against a deliberately broken lock or store, which loom must catch (`#[should_panic]`).
+//! stale release or extend never frees or prolongs the current lease; (e) a try refused without
+//! the mutex names a lease that was granted, token and expiry together, never a torn mix of two.
+//! Each check runs the same code against a deliberately broken lock or store, which loom must
+//! catch (`#[should_panic]`).
 #![cfg(loom)]
 
+use fencecheck::local::AcquireError;
 use fencecheck::local::{Clock, FencedStore, LeaseLock, ManualClock};
-use fencecheck::protocol::{Acquire, Lease, LeaseError, StaleWrite, Token};
+use fencecheck::protocol::{Acquire, Lease, LeaseError, LeaseTable, StaleWrite, Token};
 use loom::sync::atomic::{AtomicU64, Ordering};
 use loom::sync::{Arc, Mutex};
 use loom::thread;
@@ -19,22 +22,24 @@ use std::time::Duration;
 /// The lease time-to-live, in nanoseconds of the manual clock; a clock step advances it by this.
 const TTL: u64 = 10;
 
+/// A refused try's answer: the live lease's token and expiry.
+type Refusal = (Token, u64);
+
 /// The operations the checks drive: the lock's raw API.
 trait RawLock: Send + Sync + 'static {
-    fn acquire(&self, owner: u8) -> Option<Lease<u8>>;
+    fn acquire(&self, owner: u8) -> Result<Lease<u8>, Refusal>;
     fn extend(&self, owner: u8, token: Token) -> Result<Lease<u8>, LeaseError>;
     fn release(&self, owner: u8, token: Token) -> Result<Lease<u8>, LeaseError>;
     fn holder(&self) -> Option<Lease<u8>>;
 }
 
 impl RawLock for LeaseLock<u8, std::sync::Arc<ManualClock>> {
-    fn acquire(&self, owner: u8) -> Option<Lease<u8>> {
-        match self
-            .try_acquire_raw(owner)
-            .expect("no overflow in a small test")
-        {
-            Acquire::Granted(lease) => Some(lease),
-            Acquire::Busy { .. } => None,
+    /// The guard API's try, whose refusals read the published lease without the mutex.
+    fn acquire(&self, owner: u8) -> Result<Lease<u8>, Refusal> {
+        match self.try_acquire(owner) {
+            Ok(guard) => Ok(guard.into_lease()),
+            Err(AcquireError::Busy { token, expires_at }) => Err((token, expires_at)),
+            Err(e) => panic!("unexpected error in a small test: {e}"),
         }
     }
     fn extend(&self, owner: u8, token: Token) -> Result<Lease<u8>, LeaseError> {
@@ -57,16 +62,16 @@ struct CheckThenActLock {
 }
 
 impl RawLock for CheckThenActLock {
-    fn acquire(&self, owner: u8) -> Option<Lease<u8>> {
+    fn acquire(&self, owner: u8) -> Result<Lease<u8>, Refusal> {
         let now = self.clock.now();
-        if self
+        let live = self
             .lease
             .lock()
             .unwrap()
-            .as_ref()
-            .is_some_and(|l| l.is_live(now))
-        {
-            return None;
+            .clone()
+            .filter(|l| l.is_live(now));
+        if let Some(live) = live {
+            return Err((live.token, live.expires_at));
         }
         let token = self.last_token.load(Ordering::SeqCst) + 1;
         self.last_token.store(token, Ordering::SeqCst);
@@ -76,7 +81,7 @@ impl RawLock for CheckThenActLock {
             expires_at: now + TTL,
         };
         *self.lease.lock().unwrap() = Some(lease.clone());
-        Some(lease)
+        Ok(lease)
     }
     fn extend(&self, _owner: u8, token: Token) -> Result<Lease<u8>, LeaseError> {
         Err(LeaseError::NotHolder {
@@ -108,7 +113,7 @@ impl RawLock for CheckThenActLock {
 struct TokenBlindReleaseLock(LeaseLock<u8, std::sync::Arc<ManualClock>>);
 
 impl RawLock for TokenBlindReleaseLock {
-    fn acquire(&self, owner: u8) -> Option<Lease<u8>> {
+    fn acquire(&self, owner: u8) -> Result<Lease<u8>, Refusal> {
         self.0.acquire(owner)
     }
     fn extend(&self, owner: u8, token: Token) -> Result<Lease<u8>, LeaseError> {
@@ -125,6 +130,51 @@ impl RawLock for TokenBlindReleaseLock {
     }
     fn holder(&self) -> Option<Lease<u8>> {
         self.0.holder()
+    }
+}
+
+/// Negative control for (e): publishes the lease's token and expiry in two stores and refuses
+/// on two loads of them, with no sequence number to tell a torn read.
+struct TornReadLock {
+    table: Mutex<LeaseTable<u8>>,
+    token: AtomicU64,
+    expires_at: AtomicU64,
+    clock: std::sync::Arc<ManualClock>,
+}
+
+impl RawLock for TornReadLock {
+    fn acquire(&self, owner: u8) -> Result<Lease<u8>, Refusal> {
+        let token = self.token.load(Ordering::SeqCst);
+        let expires_at = self.expires_at.load(Ordering::SeqCst);
+        if self.clock.now() < expires_at {
+            return Err((Token::new(token), expires_at));
+        }
+        let mut table = self.table.lock().unwrap();
+        match table.acquire(owner, self.clock.now(), TTL).unwrap() {
+            Acquire::Granted(lease) => {
+                self.token.store(lease.token.get(), Ordering::SeqCst);
+                self.expires_at.store(lease.expires_at, Ordering::SeqCst);
+                Ok(lease)
+            }
+            Acquire::Busy {
+                token, expires_at, ..
+            } => Err((token, expires_at)),
+        }
+    }
+    fn extend(&self, owner: u8, token: Token) -> Result<Lease<u8>, LeaseError> {
+        let mut table = self.table.lock().unwrap();
+        let lease = table.extend(&owner, token, self.clock.now(), TTL)?;
+        self.expires_at.store(lease.expires_at, Ordering::SeqCst);
+        Ok(lease)
+    }
+    fn release(&self, owner: u8, token: Token) -> Result<Lease<u8>, LeaseError> {
+        let mut table = self.table.lock().unwrap();
+        let lease = table.release(&owner, token)?;
+        self.expires_at.store(0, Ordering::SeqCst);
+        Ok(lease)
+    }
+    fn holder(&self) -> Option<Lease<u8>> {
+        self.table.lock().unwrap().holder(self.clock.now()).cloned()
     }
 }
 
@@ -177,6 +227,10 @@ struct Ghost {
     granted: Mutex<Vec<Token>>,
     /// Every write the store accepted.
     accepted: Mutex<Vec<Token>>,
+    /// Every lease granted, as (token, expiry).
+    leases: Mutex<Vec<Refusal>>,
+    /// Every refusal's answer.
+    refusals: Mutex<Vec<Refusal>>,
 }
 
 impl Ghost {
@@ -207,6 +261,10 @@ impl Ghost {
         );
         inside.push((lease.token, granted_at, lease.expires_at));
         self.granted.lock().unwrap().push(lease.token);
+        self.leases
+            .lock()
+            .unwrap()
+            .push((lease.token, lease.expires_at));
     }
 
     fn leave(&self, lease: &Lease<u8>) {
@@ -215,8 +273,18 @@ impl Ghost {
         self.inside.lock().unwrap().retain(|e| e.0 != lease.token);
     }
 
-    /// (b) tokens unique; (c) the stored value carries the highest accepted token.
+    /// (b) tokens unique; (c) the stored value carries the highest accepted token; (e) every
+    /// refusal named a granted lease.
     fn finish(&self, store: &impl Store) {
+        let leases = self.leases.lock().unwrap();
+        for (token, expires_at) in self.refusals.lock().unwrap().iter() {
+            assert!(
+                leases.contains(&(*token, *expires_at)),
+                "violation (e): a refusal named lease {token} until {expires_at}, never granted \
+                 (granted: {:?})",
+                *leases
+            );
+        }
         let mut granted = self.granted.lock().unwrap().clone();
         let n = granted.len();
         granted.sort();
@@ -268,14 +336,19 @@ fn contend<L: RawLock, S: Store>(
         handles.push(thread::spawn(move || {
             // Read before acquiring: any lease released by now was granted before ours.
             let released = ghost.released_max.load(Ordering::SeqCst);
-            if let Some(lease) = lock.acquire(me) {
-                ghost.enter(&lease, released);
-                match store.write(lease.token, me) {
-                    Ok(()) => ghost.accepted.lock().unwrap().push(lease.token),
-                    Err(stale) => assert!(stale.highest > stale.token, "violation (c): {stale}"),
+            match lock.acquire(me) {
+                Ok(lease) => {
+                    ghost.enter(&lease, released);
+                    match store.write(lease.token, me) {
+                        Ok(()) => ghost.accepted.lock().unwrap().push(lease.token),
+                        Err(stale) => {
+                            assert!(stale.highest > stale.token, "violation (c): {stale}")
+                        }
+                    }
+                    ghost.leave(&lease);
+                    let _ = lock.release(me, lease.token);
                 }
-                ghost.leave(&lease);
-                let _ = lock.release(me, lease.token);
+                Err(refusal) => ghost.refusals.lock().unwrap().push(refusal),
             }
         }));
     }
@@ -300,6 +373,16 @@ fn broken_lock(clock: std::sync::Arc<ManualClock>) -> (CheckThenActLock, FencedS
     let lock = CheckThenActLock {
         lease: Mutex::new(None),
         last_token: AtomicU64::new(0),
+        clock,
+    };
+    (lock, FencedStore::new())
+}
+
+fn torn_read_lock(clock: std::sync::Arc<ManualClock>) -> (TornReadLock, FencedStore<u8>) {
+    let lock = TornReadLock {
+        table: Mutex::new(LeaseTable::new()),
+        token: AtomicU64::new(0),
+        expires_at: AtomicU64::new(0),
         clock,
     };
     (lock, FencedStore::new())
@@ -335,7 +418,7 @@ fn stale_release_and_extend<L: RawLock>(make: impl Fn(std::sync::Arc<ManualClock
     let second = {
         let lock = lock.clone();
         thread::spawn(move || {
-            if let Some(lease) = lock.acquire(1) {
+            if let Ok(lease) = lock.acquire(1) {
                 assert!(lease.token > first.token, "violation (b): token order");
                 let holder = lock.holder().map(|l| l.token);
                 assert_eq!(
@@ -350,6 +433,33 @@ fn stale_release_and_extend<L: RawLock>(make: impl Fn(std::sync::Arc<ManualClock
     };
     stale.join().unwrap();
     second.join().unwrap();
+}
+
+/// (e) across an extend and a release: worker 0 holds lease 1 until `TTL`; it extends it by half
+/// a ttl later and then releases it, while worker 1 tries. A refusal names lease 1 with its first
+/// or its extended expiry; a grant carries token 2.
+fn refusal_across_extend_and_release() {
+    let clock = std::sync::Arc::new(ManualClock::new(0));
+    let lock = Arc::new(real(clock.clone()).0);
+    let first = lock.acquire(0).expect("a fresh lock is free");
+    let holder = {
+        let lock = lock.clone();
+        thread::spawn(move || {
+            clock.advance_nanos(TTL / 2);
+            let extended = lock.extend(0, first.token).expect("the lease is live");
+            assert_eq!(extended.expires_at, TTL + TTL / 2);
+            lock.release(0, first.token).expect("the holder's release");
+        })
+    };
+    let trier = thread::spawn(move || match lock.acquire(1) {
+        Ok(lease) => assert_eq!(lease.token, Token::new(2), "violation (b): token order"),
+        Err((token, expires_at)) => assert!(
+            token == first.token && [TTL, TTL + TTL / 2].contains(&expires_at),
+            "violation (e): a refusal named lease {token} until {expires_at}"
+        ),
+    });
+    holder.join().unwrap();
+    trier.join().unwrap();
 }
 
 #[test]
@@ -368,13 +478,18 @@ fn loom_three_workers_bound_2() {
 }
 
 #[test]
-fn loom_three_workers_with_clock_step_bound_2() {
-    model(2, || contend(3, true, real));
+fn loom_three_workers_with_clock_step_bound_1() {
+    model(1, || contend(3, true, real));
 }
 
 #[test]
 fn loom_stale_release_and_extend_bound_3() {
     model(3, || stale_release_and_extend(|clock| real(clock).0));
+}
+
+#[test]
+fn loom_refusal_across_extend_and_release_bound_3() {
+    model(3, refusal_across_extend_and_release);
 }
 
 #[test]
@@ -387,6 +502,12 @@ fn loom_negative_control_check_then_act_lock_is_caught() {
 #[should_panic(expected = "violation (c)")]
 fn loom_negative_control_check_then_write_store_is_caught() {
     model(2, || contend(2, true, broken_store));
+}
+
+#[test]
+#[should_panic(expected = "violation (e)")]
+fn loom_negative_control_torn_refusal_is_caught() {
+    model(2, || contend(2, false, torn_read_lock));
 }
 
 #[test]

@@ -4,7 +4,7 @@
 //! and invariants (a)-(d) must hold. Negative control: the same property against TTL-only
 //! (accept-all) storage must fail.
 
-use fencecheck::local::{FencedStore, LeaseLock, ManualClock};
+use fencecheck::local::{AcquireError, FencedStore, LeaseLock, ManualClock};
 use fencecheck::protocol::{
     Acquire, Fence, FencePolicy, LeaseError, LeaseTable, Token, TokenOrder,
 };
@@ -39,14 +39,25 @@ fn op() -> impl Strategy<Value = Op> {
 /// What an operation answered, in terms all three implementations share.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Answer {
-    Granted { token: u64, expires_at: u64 },
-    Busy { holder: u8, expires_at: u64 },
-    Extended { expires_at: u64 },
+    Granted {
+        token: u64,
+        expires_at: u64,
+    },
+    Busy {
+        holder: u8,
+        token: u64,
+        expires_at: u64,
+    },
+    Extended {
+        expires_at: u64,
+    },
     Released,
     NotHolder,
     Expired,
     Written,
-    Stale { highest: u64 },
+    Stale {
+        highest: u64,
+    },
     NoToken,
     TimePassed,
 }
@@ -75,8 +86,9 @@ impl Reference {
     fn apply(&mut self, op: &Op, token_of: Option<u64>) -> Answer {
         match *op {
             Op::Acquire(who) => match self.lease {
-                Some((holder, _, deadline)) if deadline > self.now => Answer::Busy {
+                Some((holder, number, deadline)) if deadline > self.now => Answer::Busy {
                     holder,
+                    token: number,
                     expires_at: deadline,
                 },
                 _ => {
@@ -143,7 +155,15 @@ impl Core {
                     token: l.token.get(),
                     expires_at: l.expires_at,
                 },
-                Acquire::Busy { holder, expires_at } => Answer::Busy { holder, expires_at },
+                Acquire::Busy {
+                    holder,
+                    token,
+                    expires_at,
+                } => Answer::Busy {
+                    holder,
+                    token: token.get(),
+                    expires_at,
+                },
             },
             (Op::Advance(dt), _) => {
                 self.now += dt;
@@ -180,12 +200,21 @@ struct Local {
 impl Local {
     fn apply(&mut self, op: &Op, token_of: Option<Token>) -> Answer {
         match (op, token_of) {
-            (Op::Acquire(who), _) => match self.lock.try_acquire_raw(*who).unwrap() {
-                Acquire::Granted(l) => Answer::Granted {
-                    token: l.token.get(),
-                    expires_at: l.expires_at,
+            // The guard API: a refusal there is read without the mutex, and names no holder.
+            (Op::Acquire(who), _) => match self.lock.try_acquire(*who) {
+                Ok(guard) => {
+                    let l = guard.into_lease();
+                    Answer::Granted {
+                        token: l.token.get(),
+                        expires_at: l.expires_at,
+                    }
+                }
+                Err(AcquireError::Busy { token, expires_at }) => Answer::Busy {
+                    holder: self.lock.holder().expect("busy: a live lease").owner,
+                    token: token.get(),
+                    expires_at,
                 },
-                Acquire::Busy { holder, expires_at } => Answer::Busy { holder, expires_at },
+                Err(e) => panic!("unexpected error in a small test: {e}"),
             },
             (Op::Advance(dt), _) => {
                 self.clock.advance_nanos(*dt);

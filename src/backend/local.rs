@@ -65,7 +65,9 @@ impl<C: Clock> LockService for LocalLock<C> {
                 ttl: self.lock.ttl(),
                 sent_at,
             })),
-            Ok(Acquire::Busy { holder, expires_at }) => Ok(Acquired::Busy {
+            Ok(Acquire::Busy {
+                holder, expires_at, ..
+            }) => Ok(Acquired::Busy {
                 holder: Some(holder),
                 remaining: Some(Duration::from_nanos(
                     expires_at.saturating_sub(self.lock.clock().now()),

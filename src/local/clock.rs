@@ -149,6 +149,84 @@ mod instant_fallback {
     }
 }
 
+/// A clock that one background thread moves forward once per [`TICK`](TickClock::TICK): a read
+/// is a single load of a word that changes a thousand times a second, so it costs about as much
+/// as reading memory (a [`CoarseClock`] read asks the kernel's clock page).
+///
+/// The price: a reading lags real time by up to a tick plus however long the thread waits to be
+/// scheduled. While the thread waits, time stands still for the lock and for its holders alike,
+/// so leases last longer in real time but never overlap: as with any clock, the lock's safety
+/// needs only that it never goes back and that the lock and its holders read the same one. The
+/// thread is started by the first `TickClock::new` of the process and runs until it exits.
+#[derive(Clone, Copy, Debug)]
+pub struct TickClock {
+    origin: u64,
+}
+
+impl TickClock {
+    /// How often the thread moves the clock.
+    pub const TICK: Duration = Duration::from_millis(1);
+
+    /// A clock whose origin is now (give or take a tick).
+    pub fn new() -> Self {
+        tick::start();
+        TickClock {
+            origin: tick::now(),
+        }
+    }
+}
+
+impl Default for TickClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Clock for TickClock {
+    #[inline]
+    fn now(&self) -> u64 {
+        tick::now().saturating_sub(self.origin)
+    }
+}
+
+/// The process's one ticking word. It is `std`'s atomic even under loom, whose atomics cannot
+/// be statics; no loom test reads this clock.
+mod tick {
+    use super::TickClock;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::OnceLock;
+    use std::time::Instant;
+
+    /// Nanoseconds since the process's first `TickClock`, as of the last tick.
+    static NOW: AtomicU64 = AtomicU64::new(0);
+    static STARTED: OnceLock<()> = OnceLock::new();
+
+    /// The last tick's reading; 0 until the ticker has started (every `TickClock` starts it).
+    #[inline]
+    pub(super) fn now() -> u64 {
+        // Acquire pairs with the ticker's Release (free on x86 and ARM's load-acquire).
+        NOW.load(Ordering::Acquire)
+    }
+
+    /// Starts the ticker, once per process. A process that cannot start a thread cannot keep
+    /// this clock: the panic says so where the clock is made.
+    pub(super) fn start() {
+        STARTED.get_or_init(spawn);
+    }
+
+    fn spawn() {
+        let origin = Instant::now();
+        std::thread::Builder::new()
+            .name("fencecheck-tick".into())
+            .spawn(move || loop {
+                std::thread::sleep(TickClock::TICK);
+                let elapsed = u64::try_from(origin.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                NOW.fetch_max(elapsed, Ordering::Release);
+            })
+            .expect("TickClock: the thread that moves the clock could not be started");
+    }
+}
+
 /// A clock that moves only when told to: tests and demos use it to expire a lease at an exact
 /// point. Under loom its reads and advances are scheduling points.
 #[derive(Debug, Default)]
@@ -236,6 +314,29 @@ mod tests {
             assert!(next >= last);
             last = next;
         }
+    }
+
+    #[test]
+    fn tick_clock_keeps_pace_with_instant_a_tick_behind() {
+        let clock = TickClock::new();
+        let started = Instant::now();
+        let first = clock.now();
+        std::thread::sleep(Duration::from_millis(50));
+        let mut last = clock.now();
+        let fine = started.elapsed();
+        let moved = Duration::from_nanos(last - first);
+        // Up to a tick behind at either end, plus the ticker's scheduling on a busy machine.
+        let slack = 10 * TickClock::TICK;
+        assert!(
+            moved + slack >= Duration::from_millis(50) && moved <= fine + slack,
+            "ticked {moved:?} against Instant {fine:?}"
+        );
+        for _ in 0..1000 {
+            let next = clock.now();
+            assert!(next >= last);
+            last = next;
+        }
+        assert!(TickClock::default().now() <= 2 * TickClock::TICK.as_nanos() as u64);
     }
 
     #[test]

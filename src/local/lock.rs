@@ -1,6 +1,7 @@
 //! `LeaseLock`: the protocol core's [`LeaseTable`] behind a mutex, with a clock and RAII guards.
 
 use super::clock::{Clock, SystemClock};
+use super::published::Published;
 use crate::protocol::{Acquire, Lease, LeaseError, LeaseTable, Token};
 use crate::sync::{Condvar, Mutex};
 use std::fmt;
@@ -8,13 +9,15 @@ use std::time::Duration;
 
 /// Why an acquire did not return a lease.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum AcquireError<O: fmt::Debug> {
-    /// Another owner holds a live lease.
-    #[error("lease is held by {holder:?} until {expires_at} ns on the lock's clock")]
+pub enum AcquireError {
+    /// A live lease is held (by another owner, or by the caller: the lock is not reentrant).
+    /// [`LeaseLock::holder`] names the owner; the refusal itself does not, because it is answered
+    /// without taking the lock's mutex.
+    #[error("lease {token} is held until {expires_at} ns on the lock's clock")]
     Busy {
-        /// The current holder.
-        holder: O,
-        /// When its lease expires, on the lock's clock.
+        /// The live lease's fencing token.
+        token: Token,
+        /// When it expires, on the lock's clock, unless extended or released first.
         expires_at: u64,
     },
     /// `acquire_timeout` waited the whole timeout without the lease coming free.
@@ -37,7 +40,10 @@ pub enum AcquireError<O: fmt::Debug> {
 /// holder whose lease expired while it was paused cannot overwrite a newer holder's write.
 ///
 /// The rules are the protocol core's [`LeaseTable`]; this type adds a mutex, a [`Clock`] and a
-/// condition variable for waiting.
+/// condition variable for waiting. After every change the table's lease is also published
+/// (token and expiry, under a sequence number), so that a [`try_acquire`](Self::try_acquire)
+/// that finds it live is refused by reading alone: refusals neither take the mutex nor write
+/// anything another thread reads.
 ///
 /// # Examples
 /// ```
@@ -64,6 +70,8 @@ pub enum AcquireError<O: fmt::Debug> {
 /// None: when a lease is freed, every waiter wakes and the first to take the mutex wins.
 pub struct LeaseLock<O, C = SystemClock> {
     state: Mutex<State<O>>,
+    /// The table's current lease, for tries that are refused without the mutex.
+    published: Published,
     freed: Condvar,
     clock: C,
     ttl: u64,
@@ -113,6 +121,7 @@ impl<O: Clone + Eq + fmt::Debug, C: Clock> LeaseLock<O, C> {
                 table: LeaseTable::new(),
                 waiters: 0,
             }),
+            published: Published::default(),
             freed: Condvar::new(),
             clock,
             ttl: ttl_ns,
@@ -134,15 +143,53 @@ impl<O: Clone + Eq + fmt::Debug, C: Clock> LeaseLock<O, C> {
     /// # Errors
     /// [`AcquireError::Busy`] while another lease lives; [`AcquireError::Lease`] if the table
     /// refuses (token space exhausted).
-    pub fn try_acquire(&self, owner: O) -> Result<LeaseGuard<'_, O, C>, AcquireError<O>> {
-        match self.try_acquire_raw(owner)? {
+    #[inline]
+    pub fn try_acquire(&self, owner: O) -> Result<LeaseGuard<'_, O, C>, AcquireError> {
+        if let Some(live) = self.live_published() {
+            return Err(AcquireError::Busy {
+                token: live.token,
+                expires_at: live.expires_at,
+            });
+        }
+        self.try_acquire_locked(owner)
+    }
+
+    /// The rest of `try_acquire`, under the mutex: the lease looked free, expired or changing.
+    fn try_acquire_locked(&self, owner: O) -> Result<LeaseGuard<'_, O, C>, AcquireError> {
+        let mut state = self.state.lock();
+        let now = self.clock.now();
+        match self.acquire_locked(&mut state, owner, now)? {
             Acquire::Granted(lease) => Ok(LeaseGuard {
                 lock: self,
                 lease,
                 held: true,
             }),
-            Acquire::Busy { holder, expires_at } => Err(AcquireError::Busy { holder, expires_at }),
+            Acquire::Busy {
+                token, expires_at, ..
+            } => Err(AcquireError::Busy { token, expires_at }),
         }
+    }
+
+    /// The published lease if it is live now: a refusal that reads and never writes. A lease
+    /// published live was live when it was read (the clock is read after it and never goes back).
+    #[inline]
+    fn live_published(&self) -> Option<Lease<()>> {
+        let published = self.published.read()?;
+        published.is_live(self.clock.now()).then_some(published)
+    }
+
+    /// The table's acquire under the mutex, publishing a grant for the readers without it.
+    fn acquire_locked(
+        &self,
+        state: &mut State<O>,
+        owner: O,
+        now: u64,
+    ) -> Result<Acquire<O>, LeaseError> {
+        let answer = state.table.acquire(owner, now, self.ttl)?;
+        if let Acquire::Granted(lease) = &answer {
+            self.published.grant(lease);
+        }
+        Ok(answer)
     }
 
     /// Waits up to `timeout` for the lease, waking when it is released or when the current
@@ -154,13 +201,13 @@ impl<O: Clone + Eq + fmt::Debug, C: Clock> LeaseLock<O, C> {
         &self,
         owner: O,
         timeout: Duration,
-    ) -> Result<LeaseGuard<'_, O, C>, AcquireError<O>> {
+    ) -> Result<LeaseGuard<'_, O, C>, AcquireError> {
         let timeout_ns = u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX);
         let mut state = self.state.lock();
         let deadline = self.clock.now().saturating_add(timeout_ns);
         loop {
             let now = self.clock.now();
-            match state.table.acquire(owner.clone(), now, self.ttl)? {
+            match self.acquire_locked(&mut state, owner.clone(), now)? {
                 Acquire::Granted(lease) => {
                     return Ok(LeaseGuard {
                         lock: self,
@@ -204,7 +251,7 @@ impl<O: Clone + Eq + fmt::Debug, C: Clock> LeaseLock<O, C> {
         // The clock is read under the mutex so that grants are ordered by time as well as by
         // token: a later grant never sees an earlier `now`.
         let now = self.clock.now();
-        state.table.acquire(owner, now, self.ttl)
+        self.acquire_locked(&mut state, owner, now)
     }
 
     /// Extends `owner`'s lease with `token` by the lock's ttl from now.
@@ -215,7 +262,9 @@ impl<O: Clone + Eq + fmt::Debug, C: Clock> LeaseLock<O, C> {
     pub fn extend_raw(&self, owner: &O, token: Token) -> Result<Lease<O>, LeaseError> {
         let mut state = self.state.lock();
         let now = self.clock.now();
-        state.table.extend(owner, token, now, self.ttl)
+        let extended = state.table.extend(owner, token, now, self.ttl)?;
+        self.published.extend(extended.expires_at);
+        Ok(extended)
     }
 
     /// Releases `owner`'s lease with `token`, waking waiters.
@@ -225,6 +274,7 @@ impl<O: Clone + Eq + fmt::Debug, C: Clock> LeaseLock<O, C> {
     pub fn release_raw(&self, owner: &O, token: Token) -> Result<Lease<O>, LeaseError> {
         let mut state = self.state.lock();
         let released = state.table.release(owner, token)?;
+        self.published.release();
         let wake = state.waiters > 0;
         drop(state);
         if wake {
@@ -247,6 +297,38 @@ fn nap(now: u64, deadline: u64, expires_at: u64) -> Duration {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+
+    use crate::local::ManualClock;
+    use std::sync::{mpsc, Arc};
+
+    /// A try that finds the lease live answers while another thread holds the mutex: it never
+    /// takes it. (Had it, it would wait for the holder, and the answer would not come.)
+    #[test]
+    fn a_refused_try_does_not_take_the_mutex() {
+        let clock = Arc::new(ManualClock::new(0));
+        let lock = Arc::new(LeaseLock::with_clock(Duration::from_nanos(100), clock).unwrap());
+        let held = lock.try_acquire_raw(1u8).unwrap();
+        assert!(matches!(held, Acquire::Granted(_)));
+        let (answered, answer) = mpsc::channel();
+        let mutex = lock.state.lock();
+        let trier = {
+            let lock = lock.clone();
+            std::thread::spawn(move || {
+                let refusal = lock.try_acquire(2).map(|g| g.token()).unwrap_err();
+                answered.send(refusal).unwrap();
+            })
+        };
+        let refusal = answer.recv_timeout(Duration::from_secs(5));
+        drop(mutex);
+        trier.join().unwrap();
+        assert_eq!(
+            refusal.expect("the refused try waited for the mutex"),
+            AcquireError::Busy {
+                token: Token::new(1),
+                expires_at: 100
+            }
+        );
+    }
 
     #[test]
     fn a_waiter_naps_until_the_first_of_its_deadline_and_the_expiry() {
@@ -309,6 +391,13 @@ impl<O: Clone + Eq + fmt::Debug, C: Clock> LeaseGuard<'_, O, C> {
     pub fn extend(&mut self) -> Result<(), LeaseError> {
         self.lease = self.lock.extend_raw(&self.lease.owner, self.lease.token)?;
         Ok(())
+    }
+
+    /// Gives the lease up to the caller without releasing it: it stays held until it expires or
+    /// [`LeaseLock::release_raw`] frees it with its owner and token.
+    pub fn into_lease(mut self) -> Lease<O> {
+        self.held = false;
+        self.lease.clone()
     }
 
     /// Releases the lease now and says whether it was still ours to release.

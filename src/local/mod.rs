@@ -3,8 +3,9 @@
 
 mod clock;
 mod lock;
+mod published;
 mod store;
 
-pub use clock::{Clock, CoarseClock, ManualClock, SystemClock};
+pub use clock::{Clock, CoarseClock, ManualClock, SystemClock, TickClock};
 pub use lock::{AcquireError, LeaseGuard, LeaseLock};
 pub use store::FencedStore;

@@ -31,6 +31,8 @@ pub enum Acquire<O> {
     Busy {
         /// The current holder.
         holder: O,
+        /// The current lease's fencing token.
+        token: Token,
         /// When the current lease expires.
         expires_at: u64,
     },
@@ -172,6 +174,7 @@ impl<O: Clone + Eq> LeaseTable<O> {
         if let Some(live) = self.holder(now) {
             return Ok(Acquire::Busy {
                 holder: live.owner.clone(),
+                token: live.token,
                 expires_at: live.expires_at,
             });
         }
@@ -268,6 +271,7 @@ mod tests {
             t.acquire('b', 9, 10),
             Ok(Acquire::Busy {
                 holder: 'a',
+                token: Token::FIRST,
                 expires_at: 10
             })
         );

@@ -192,7 +192,9 @@ impl Machine {
                             token: lease.token.get(),
                         }
                     }
-                    Ok(Acquire::Busy { holder, expires_at }) => Reply::Busy {
+                    Ok(Acquire::Busy {
+                        holder, expires_at, ..
+                    }) => Reply::Busy {
                         holder,
                         remaining_us: expires_at.saturating_sub(now),
                     },
