@@ -41,7 +41,7 @@ pub enum AcquireError {
 ///
 /// The rules are the protocol core's [`LeaseTable`]; this type adds a mutex, a [`Clock`] and a
 /// condition variable for waiting. After every change the table's lease is also published
-/// (token and expiry, under a sequence number), so that a [`try_acquire`](Self::try_acquire)
+/// (its token and expiry; a grant's under a sequence number), so that a [`try_acquire`](Self::try_acquire)
 /// that finds it live is refused by reading alone: refusals neither take the mutex nor write
 /// anything another thread reads.
 ///
@@ -156,9 +156,7 @@ impl<O: Clone + Eq + fmt::Debug, C: Clock> LeaseLock<O, C> {
 
     /// The rest of `try_acquire`, under the mutex: the lease looked free, expired or changing.
     fn try_acquire_locked(&self, owner: O) -> Result<LeaseGuard<'_, O, C>, AcquireError> {
-        let mut state = self.state.lock();
-        let now = self.clock.now();
-        match self.acquire_locked(&mut state, owner, now)? {
+        match self.try_acquire_raw(owner)? {
             Acquire::Granted(lease) => Ok(LeaseGuard {
                 lock: self,
                 lease,
